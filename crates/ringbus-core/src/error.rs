@@ -1,0 +1,132 @@
+//! Every error the ring returns. Errors that refuse a value give it back.
+
+use std::fmt;
+
+/// [`Writer::try_publish`](crate::Writer::try_publish) found no room: the slowest gating
+/// reader would be lapped. The value comes back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Full<T>(pub T);
+
+impl<T> Full<T> {
+    /// Takes the refused value back.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> fmt::Debug for Full<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Full(..)")
+    }
+}
+
+impl<T> fmt::Display for Full<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the ring is full: publishing would overwrite an unread slot")
+    }
+}
+
+impl<T> std::error::Error for Full<T> {}
+
+/// The writer is gone and this reader has read everything it published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed;
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the ring is closed and drained")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// Why [`Reader::try_recv`](crate::Reader::try_recv) returned no item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TryRecvError {
+    /// Nothing to read yet; the writer is still there.
+    Empty,
+    /// The writer is gone and everything it published has been read.
+    Closed,
+}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRecvError::Empty => f.write_str("nothing to read yet"),
+            TryRecvError::Closed => Closed.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TryRecvError {}
+
+/// A reservation asked for more slots than the ring has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooLarge {
+    /// The number of slots asked for.
+    pub requested: usize,
+    /// The ring's capacity.
+    pub capacity: usize,
+}
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot reserve {} slots in a ring of capacity {}",
+            self.requested, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Why [`Writer::try_reserve`](crate::Writer::try_reserve) gave no reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TryReserveError {
+    /// Not enough room now; a later attempt may succeed.
+    Full,
+    /// More than the capacity was asked for: no attempt can succeed.
+    TooLarge(TooLarge),
+}
+
+impl fmt::Display for TryReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryReserveError::Full => f.write_str("not enough free slots for the reservation"),
+            TryReserveError::TooLarge(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TryReserveError {}
+
+impl From<TooLarge> for TryReserveError {
+    fn from(e: TooLarge) -> Self {
+        TryReserveError::TooLarge(e)
+    }
+}
+
+/// A reader could not join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinError {
+    /// The ring already has its configured maximum of readers
+    /// ([`Builder::max_readers`](crate::Builder::max_readers)).
+    TooManyReaders {
+        /// The configured maximum.
+        max: usize,
+    },
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::TooManyReaders { max } => write!(
+                f,
+                "the ring already has its maximum of {max} readers (see Builder::max_readers)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}

@@ -1,0 +1,158 @@
+//! A lock-free single-writer, multi-reader ring in the LMAX Disruptor tradition, made async.
+//!
+//! One [`Writer`] publishes into a fixed ring of preallocated slots; any number of [`Reader`]s
+//! join and leave at runtime, from any thread, without locks and without making the writer
+//! wait. Each reader sees every item published after it joined, in order, read in place: no
+//! clone, no copy, no allocation. A reader that has caught up parks on a waker and the writer
+//! wakes only readers that are actually parked; a writer that would lap the slowest reader
+//! waits for it (backpressure, never loss). Works under any executor, and from plain threads
+//! through the `blocking_*` methods.
+//!
+//! ```
+//! use ringbus_core::Builder;
+//!
+//! # ringbus_core::block_on(async {
+//! let (mut writer, stage) = Builder::new(1024).build::<u64>();
+//! let mut reader = stage.reader()?;
+//! writer.publish(1).await;
+//! writer.publish_batch([2, 3, 4]).await;
+//! drop(writer); // closes the ring: the reader drains, then sees `Closed`
+//!
+//! assert_eq!(*reader.recv().await?, 1);
+//! let batch = reader.recv_batch(16).await?;          // zero-copy: two slices into the ring
+//! assert_eq!(batch.iter().sum::<u64>(), 9);
+//! drop(batch);                                         // releases all three at once
+//! assert!(reader.recv().await.is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # The types
+//!
+//! - [`Builder`]: capacity (rounded up to a power of two), spin before parking, reader limit;
+//!   slots filled from `Default` or a factory so large payloads are reused in place.
+//! - [`Writer`]: `publish`, `try_publish`, `publish_batch`, `reserve`/[`Reservation::commit`]
+//!   (fill in place), `remaining`, `blocking_*`; dropping it closes the ring.
+//! - [`Stage`]: a group of readers; [`Stage::reader`] joins one, [`Stage::then`] chains a
+//!   stage that sees only what this one finished.
+//! - [`Reader`]: `recv` ([`ReadGuard`], `&T` in place), `recv_batch` ([`Batch`], two slices),
+//!   `try_*`, `blocking_*`, and `Stream` for `T: Clone`.
+//! - Errors: [`Full`] (gives the value back), [`Closed`], [`TryRecvError`], [`TooLarge`],
+//!   [`TryReserveError`], [`JoinError`].
+//!
+//! # Guarantees
+//!
+//! - A reader never sees a slot the writer is writing, and is never lapped.
+//! - The writer never waits for a reader that has left.
+//! - No wake-up is lost: a parked reader is woken by the next publish (or close), a parked
+//!   writer by the next release of the slowest reader. These protocols are model-checked with
+//!   loom (`--cfg ringbus_loom`).
+//! - Every value put in the ring is dropped exactly once.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod atomic_waker;
+#[cfg(not(ringbus_loom))]
+mod blocking;
+mod error;
+mod reader;
+mod registry;
+mod shared;
+mod stage;
+mod sync;
+mod writer;
+
+#[cfg(all(test, ringbus_loom))]
+mod loom_tests;
+
+#[cfg(not(ringbus_loom))]
+pub use blocking::block_on;
+pub use error::{Closed, Full, JoinError, TooLarge, TryRecvError, TryReserveError};
+pub use reader::{Batch, ReadGuard, Reader, Recv, RecvBatch};
+pub use stage::Stage;
+pub use writer::{Ready, Reservation, Writer};
+
+/// Configures and builds a ring.
+///
+/// ```
+/// let (writer, stage) = ringbus_core::Builder::new(1000) // rounded up to 1024
+///     .spin(0)                                         // park at once when caught up
+///     .max_readers(10_000)
+///     .build_with(|| vec![0u8; 4096]);                 // reuse big buffers in place
+/// assert_eq!(writer.capacity(), 1024);
+/// # drop(stage);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    capacity: usize,
+    spin: u32,
+    max_readers: usize,
+}
+
+impl Builder {
+    /// Default iterations of busy polling before a waiter parks.
+    pub const DEFAULT_SPIN: u32 = 32;
+    /// Default limit on readers per ring.
+    pub const DEFAULT_MAX_READERS: usize = 65_536;
+
+    /// A ring of at least `capacity` slots (rounded up to a power of two; 0 counts as 1).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            spin: Self::DEFAULT_SPIN,
+            max_readers: Self::DEFAULT_MAX_READERS,
+        }
+    }
+
+    /// Iterations of busy polling (each one looks at the writer or upstream again) before a
+    /// waiting reader or writer parks. 0 parks at once. Spinning trades a little CPU for not
+    /// paying a park and a wake-up when the other side is only slightly behind.
+    pub fn spin(mut self, iterations: u32) -> Self {
+        self.spin = iterations;
+        self
+    }
+
+    /// The most readers the ring admits, over all its stages; past it
+    /// [`Stage::reader`] returns [`JoinError::TooManyReaders`].
+    pub fn max_readers(mut self, max: usize) -> Self {
+        self.max_readers = max;
+        self
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+            .max(1)
+            .checked_next_power_of_two()
+            .unwrap_or_else(|| panic!("ring capacity {} is too large", self.capacity))
+    }
+
+    /// Builds a ring whose slots start as `T::default()`.
+    ///
+    /// # Panics
+    ///
+    /// If the capacity rounded up to a power of two overflows `usize` (allocation of the slots
+    /// would fail anyway).
+    pub fn build<T: Default>(self) -> (Writer<T>, Stage<T>) {
+        self.build_with(T::default)
+    }
+
+    /// Builds a ring whose slots start as values from `factory` (called once per slot).
+    ///
+    /// With [`Writer::reserve`], those values are reused in place lap after lap: a ring of
+    /// `Vec`s or buffers allocates only here.
+    ///
+    /// # Panics
+    ///
+    /// As [`build`](Self::build).
+    pub fn build_with<T>(self, factory: impl FnMut() -> T) -> (Writer<T>, Stage<T>) {
+        let shared = sync::Arc::new(shared::Shared::new(
+            self.capacity(),
+            self.spin,
+            self.max_readers,
+            factory,
+        ));
+        let stage = Stage::new(shared.clone(), shared.root());
+        (Writer::new(shared), stage)
+    }
+}

@@ -1,0 +1,466 @@
+//! Readers: read in place, one item or a zero-copy batch at a time, parking when caught up.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::{Closed, TryRecvError};
+use crate::registry::{Group, Slot, FREE};
+use crate::shared::Shared;
+use crate::sync::{spin_hint, Arc, Ordering};
+
+/// One reader of a ring: sees every item published after it joined, in order.
+///
+/// Made by [`Stage::reader`](crate::Stage::reader). Items are read in place: a
+/// [`ReadGuard`] derefs to `&T` in the ring and releases the slot when dropped; a [`Batch`]
+/// lends everything available as two slices and releases them all with one cursor store.
+/// Dropping the reader leaves the ring: the writer stops waiting for it at once.
+///
+/// # Examples
+///
+/// ```
+/// # ringbus_core::block_on(async {
+/// let (mut writer, stage) = ringbus_core::Builder::new(16).build::<String>();
+/// let mut reader = stage.reader().unwrap();
+/// writer.publish("hello".to_string()).await;
+/// drop(writer);
+/// assert_eq!(reader.recv().await.unwrap().as_str(), "hello");
+/// assert!(reader.recv().await.is_err()); // closed and drained
+/// # });
+/// ```
+pub struct Reader<T> {
+    shared: Arc<Shared<T>>,
+    /// This reader's stage; lives as long as `shared`.
+    group: *const Group,
+    /// This reader's slot in its group; lives as long as `shared`.
+    slot: *const Slot,
+    /// Next position to read (the local copy of `slot.cursor`).
+    cursor: u64,
+    /// Positions below this are readable without looking at the barrier again.
+    available: u64,
+    /// True while `slot.parked_on` may be set by us.
+    parked: bool,
+}
+
+// SAFETY: a reader hands out `&T` (so `T: Sync`) to values moved in from the writer's thread
+// (so `T: Send`). The raw pointers point into the ring that `shared` keeps alive.
+unsafe impl<T: Send + Sync> Send for Reader<T> {}
+// SAFETY: `&Reader` only reads the reader's own atomics.
+unsafe impl<T: Send + Sync> Sync for Reader<T> {}
+
+impl<T> Reader<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>, group: &Group, slot: &Slot, start: u64) -> Self {
+        Self {
+            shared,
+            group,
+            slot,
+            cursor: start,
+            available: start,
+            parked: false,
+        }
+    }
+
+    fn group(&self) -> &Group {
+        // SAFETY: groups live as long as the ring, which `self.shared` keeps alive.
+        unsafe { &*self.group }
+    }
+
+    fn slot(&self) -> &Slot {
+        // SAFETY: slots live as long as the ring, which `self.shared` keeps alive.
+        unsafe { &*self.slot }
+    }
+
+    /// The position of the next item this reader will read.
+    pub fn position(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Items published but not yet read by this reader (a snapshot).
+    pub fn lag(&self) -> u64 {
+        self.shared
+            .cursor
+            .load(Ordering::Acquire)
+            .saturating_sub(self.cursor)
+    }
+
+    /// True once the writer is gone (there may still be items to read).
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Looks at the barrier; true if there is something to read.
+    #[inline]
+    fn refresh(&mut self) -> (bool, usize) {
+        let (barrier, source) = self.shared.barrier(self.group().upstream());
+        if barrier > self.available {
+            self.available = barrier;
+        }
+        (self.cursor < self.available, source)
+    }
+
+    /// True when the writer is gone and this reader has read all it published.
+    fn is_drained(&self) -> bool {
+        // Acquire: pairs with the Release store in `Shared::close`, which follows the
+        // writer's last cursor store.
+        self.shared.closed.load(Ordering::Acquire)
+            && self.cursor >= self.shared.cursor.load(Ordering::Acquire)
+    }
+
+    /// Polls until there is at least one item to read (`Ok`) or the ring is closed and drained.
+    ///
+    /// When it returns `Pending`, the task is woken once there is something new. This is the
+    /// building block of [`recv`](Self::recv); use it to write your own futures.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        if self.cursor < self.available {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_refresh(cx)
+    }
+
+    #[inline(never)]
+    fn poll_refresh(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        let mut source = 0;
+        for _ in 0..=self.shared.spin {
+            let (ready, s) = self.refresh();
+            if ready {
+                self.cancel_park();
+                return Poll::Ready(Ok(()));
+            }
+            if self.is_drained() {
+                self.cancel_park();
+                return Poll::Ready(Err(Closed));
+            }
+            source = s;
+            spin_hint();
+        }
+        self.slot().waker.register(cx.waker());
+        self.shared.park(self.slot(), source);
+        self.parked = true;
+        // Pairs with the light fence of whoever makes progress on `source` (after its cursor
+        // store): either it sees us parked, or we see its progress below.
+        self.shared.park_fence();
+        if self.refresh().0 {
+            self.cancel_park();
+            return Poll::Ready(Ok(()));
+        }
+        if self.is_drained() {
+            self.cancel_park();
+            return Poll::Ready(Err(Closed));
+        }
+        Poll::Pending
+    }
+
+    /// Takes back a park that was not woken.
+    #[inline]
+    fn cancel_park(&mut self) {
+        if std::mem::take(&mut self.parked) {
+            self.shared.unpark(self.slot());
+        }
+    }
+
+    /// Releases `n` items: stores the cursor once and wakes whoever waits on it.
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.cursor += n as u64;
+        // Release: pairs with the Acquire loads of our cursor by the writer (before it
+        // overwrites these slots) and by downstream readers (before they read them).
+        self.slot().cursor.store(self.cursor, Ordering::Release);
+        self.shared.notify_progress(self.group());
+    }
+
+    /// The item at the cursor. Only valid while `cursor < available`.
+    #[inline]
+    fn current(&self) -> &T {
+        debug_assert!(self.cursor < self.available);
+        // SAFETY: positions in `cursor..available` are published (Acquire on the barrier) and
+        // the writer will not overwrite them before our cursor passes them (it gates on us).
+        unsafe { &*self.shared.slot(self.cursor) }
+    }
+
+    /// Waits for the next item and lends it in place.
+    ///
+    /// Returns `Err(Closed)` once the writer is gone and every item it published was read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until the returned guard is dropped; a dropped future
+    /// leaves the reader exactly where it was (the next `recv` returns the same item).
+    pub fn recv(&mut self) -> Recv<'_, T> {
+        Recv { reader: Some(self) }
+    }
+
+    /// The next item if there is one now. Never waits.
+    pub fn try_recv(&mut self) -> Result<ReadGuard<'_, T>, TryRecvError> {
+        if self.cursor >= self.available && !self.refresh().0 {
+            return Err(if self.is_drained() {
+                TryRecvError::Closed
+            } else {
+                TryRecvError::Empty
+            });
+        }
+        Ok(ReadGuard { reader: self })
+    }
+
+    /// Waits for at least one item, then lends everything available (at most `max`) as a
+    /// zero-copy [`Batch`], released with one cursor store when dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`recv`](Self::recv).
+    pub fn recv_batch(&mut self, max: usize) -> RecvBatch<'_, T> {
+        RecvBatch {
+            reader: Some(self),
+            max,
+        }
+    }
+
+    /// Everything available now (at most `max`), without waiting.
+    pub fn try_recv_batch(&mut self, max: usize) -> Result<Batch<'_, T>, TryRecvError> {
+        if self.cursor >= self.available && !self.refresh().0 {
+            return Err(if self.is_drained() {
+                TryRecvError::Closed
+            } else {
+                TryRecvError::Empty
+            });
+        }
+        Ok(self.batch(max))
+    }
+
+    fn batch(&mut self, max: usize) -> Batch<'_, T> {
+        let len = ((self.available - self.cursor) as usize).min(max);
+        Batch { reader: self, len }
+    }
+
+    /// [`recv`](Self::recv) for plain threads: blocks the thread (after a short spin).
+    #[cfg(not(ringbus_loom))]
+    pub fn blocking_recv(&mut self) -> Result<ReadGuard<'_, T>, Closed> {
+        crate::blocking::block_on(std::future::poll_fn(|cx| self.poll_ready(cx)))?;
+        Ok(ReadGuard { reader: self })
+    }
+
+    /// [`recv_batch`](Self::recv_batch) for plain threads: blocks the thread.
+    #[cfg(not(ringbus_loom))]
+    pub fn blocking_recv_batch(&mut self, max: usize) -> Result<Batch<'_, T>, Closed> {
+        crate::blocking::block_on(std::future::poll_fn(|cx| self.poll_ready(cx)))?;
+        Ok(self.batch(max))
+    }
+}
+
+impl<T> Drop for Reader<T> {
+    fn drop(&mut self) {
+        self.cancel_park();
+        // Drop our waker now rather than when the slot is reused.
+        drop(self.slot().waker.take());
+        // Release: our reads of the slots happen before the writer reuses them.
+        self.slot().cursor.store(FREE, Ordering::Release);
+        self.group().members.fetch_sub(1, Ordering::Relaxed);
+        self.shared.readers.fetch_sub(1, Ordering::Relaxed);
+        // Leaving is progress: the writer or a downstream stage may be waiting on us.
+        self.shared.notify_progress(self.group());
+    }
+}
+
+impl<T> fmt::Debug for Reader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("position", &self.cursor)
+            .field("available", &self.available)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(not(ringbus_loom))]
+impl<T: Clone> futures_core::Stream for Reader<T> {
+    type Item = T;
+
+    /// Clones each item out of the ring. Ends when the ring is closed and drained.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let this = self.get_mut();
+        match this.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                let value = this.current().clone();
+                this.advance(1);
+                Poll::Ready(Some(value))
+            }
+            Poll::Ready(Err(Closed)) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// One item, borrowed in place from the ring. Dropping it releases the slot.
+pub struct ReadGuard<'a, T> {
+    reader: &'a mut Reader<T>,
+}
+
+impl<T> ReadGuard<'_, T> {
+    /// The item's position in the ring (0 for the first item ever published).
+    pub fn position(&self) -> u64 {
+        self.reader.cursor
+    }
+}
+
+impl<T> Deref for ReadGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        self.reader.current()
+    }
+}
+
+impl<T> Drop for ReadGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.reader.advance(1);
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for ReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// Items borrowed in place, as at most two slices. Dropping it releases them all at once.
+pub struct Batch<'a, T> {
+    reader: &'a mut Reader<T>,
+    len: usize,
+}
+
+impl<T> Batch<'_, T> {
+    /// The items, oldest first; the second slice is non-empty only when the range wraps.
+    pub fn as_slices(&self) -> (&[T], &[T]) {
+        let shared = &self.reader.shared;
+        let start = (self.reader.cursor & shared.mask) as usize;
+        let first = self.len.min(shared.capacity - start);
+        // SAFETY: `cursor..cursor + len` is within `cursor..available` (see `Reader::current`)
+        // and `len <= capacity`, so the two ranges are in bounds, disjoint and published.
+        unsafe {
+            (
+                std::slice::from_raw_parts(shared.slots_ptr(start), first),
+                std::slice::from_raw_parts(shared.slots_ptr(0), self.len - first),
+            )
+        }
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty batch (only from `max == 0`).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The position of the first item.
+    pub fn position(&self) -> u64 {
+        self.reader.cursor
+    }
+
+    /// The items, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        let (a, b) = self.as_slices();
+        a.iter().chain(b.iter())
+    }
+}
+
+impl<T> Drop for Batch<'_, T> {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            self.reader.advance(self.len);
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Batch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Future of [`Reader::recv`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Recv<'a, T> {
+    reader: Option<&'a mut Reader<T>>,
+}
+
+impl<'a, T> Future for Recv<'a, T> {
+    type Output = Result<ReadGuard<'a, T>, Closed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let reader = this.reader.as_mut().expect("Recv polled after completion");
+        match reader.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                let reader = this.reader.take().expect("checked above");
+                Poll::Ready(Ok(ReadGuard { reader }))
+            }
+            Poll::Ready(Err(e)) => {
+                this.reader = None;
+                Poll::Ready(Err(e))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for Recv<'_, T> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.as_mut() {
+            reader.cancel_park();
+        }
+    }
+}
+
+impl<T> fmt::Debug for Recv<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recv").finish_non_exhaustive()
+    }
+}
+
+/// Future of [`Reader::recv_batch`].
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvBatch<'a, T> {
+    reader: Option<&'a mut Reader<T>>,
+    max: usize,
+}
+
+impl<'a, T> Future for RecvBatch<'a, T> {
+    type Output = Result<Batch<'a, T>, Closed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let reader = this.reader.as_mut().expect("RecvBatch polled after completion");
+        match reader.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                let reader = this.reader.take().expect("checked above");
+                Poll::Ready(Ok(reader.batch(this.max)))
+            }
+            Poll::Ready(Err(e)) => {
+                this.reader = None;
+                Poll::Ready(Err(e))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for RecvBatch<'_, T> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.as_mut() {
+            reader.cancel_park();
+        }
+    }
+}
+
+impl<T> fmt::Debug for RecvBatch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}

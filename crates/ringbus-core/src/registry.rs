@@ -1,0 +1,242 @@
+//! Reader groups: the lock-free, growable set of reader cursors of one stage.
+//!
+//! # Structure
+//!
+//! A [`Group`] is one stage of readers. Its members live in [`Slot`]s, kept in a singly linked
+//! list of fixed-size [`Chunk`]s that only grows (chunks are freed with the ring). A slot is free
+//! when its `cursor` holds [`FREE`]; a reader joins by swapping `FREE` for a position with a
+//! compare-and-swap and leaves by storing `FREE` back, so joins and leaves take no lock and never
+//! make the writer wait. When every slot of every chunk is taken, the joiner appends a new chunk
+//! with a compare-and-swap on the last `next` pointer.
+//!
+//! # Who writes what
+//!
+//! - `Slot::cursor`: the owning reader (stores with Release after it finished with the slots it
+//!   passes); a joiner's CAS; read by the writer (gating), by downstream readers (their barrier)
+//!   and by nobody else.
+//! - `Slot::parked_on`: the owning reader sets it when it parks; whoever wakes it clears it with
+//!   a CAS, so each park is paid back exactly once in the source's `watchers` count.
+//! - `Group::epoch`: bumped by every joiner before its heavy fence; downstream readers validate
+//!   their scans against it (see `Shared::barrier`).
+//! - `Group::watchers`: number of readers parked with this group as their source.
+//!
+//! # The join protocol
+//!
+//! See `Stage::reader`: claim a slot with a conservative position, bump `epoch`, heavy fence,
+//! read the barrier again and store the final start position. Any scan of this group either
+//! sees the claimed slot (and is bounded by the conservative position) or is ordered before the
+//! fence, in which case the final position is at least anything that scan allowed.
+
+use crossbeam_utils::CachePadded;
+use std::ptr;
+
+use crate::atomic_waker::AtomicWaker;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// The value of a free slot's cursor. Never a real position (that would take centuries).
+pub(crate) const FREE: u64 = u64::MAX;
+
+/// `Slot::parked_on` of a reader that is not parked.
+pub(crate) const NOT_PARKED: usize = 0;
+
+/// Source id of the writer: readers of a stage with no non-empty upstream park on it.
+pub(crate) const WRITER_SOURCE: usize = 1;
+
+/// Slots per chunk.
+pub(crate) const CHUNK: usize = 32;
+
+/// One reader's shared state, alone on its cache line.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Next position the reader will read; everything below is released. `FREE` if unowned.
+    pub(crate) cursor: AtomicU64,
+    /// The source (a source id) this reader is parked on, or `NOT_PARKED`.
+    pub(crate) parked_on: AtomicUsize,
+    /// Where the reader's task waits.
+    pub(crate) waker: AtomicWaker,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            cursor: AtomicU64::new(FREE),
+            parked_on: AtomicUsize::new(NOT_PARKED),
+            waker: AtomicWaker::new(),
+        }
+    }
+}
+
+pub(crate) struct Chunk {
+    slots: [CachePadded<Slot>; CHUNK],
+    /// The next chunk, or null. Set once, by CAS, by the joiner that grew the group.
+    next: AtomicPtr<Chunk>,
+}
+
+impl Chunk {
+    fn new() -> Box<Self> {
+        Box::new(Self {
+            slots: std::array::from_fn(|_| CachePadded::new(Slot::new())),
+            next: AtomicPtr::new(ptr::null_mut()),
+        })
+    }
+}
+
+/// One stage of readers.
+pub(crate) struct Group {
+    /// This group's source id (for `Slot::parked_on` of readers that wait on it).
+    pub(crate) source: usize,
+    /// The stage whose readers this one follows; null for the first stage (it follows the
+    /// writer). Groups live as long as the ring that owns them.
+    upstream: *const Group,
+    /// Bumped by each joiner; downstream scans validate against it. See the module docs.
+    pub(crate) epoch: CachePadded<AtomicU64>,
+    /// Readers parked with this group as their source.
+    pub(crate) watchers: CachePadded<AtomicUsize>,
+    /// Current members (joins minus leaves).
+    pub(crate) members: AtomicUsize,
+    /// One past the highest slot index ever claimed: scans stop there. Raised (fetch_max)
+    /// by a joiner before it bumps `epoch`.
+    high: AtomicUsize,
+    /// The first chunk; never null.
+    head: Box<Chunk>,
+    /// The next group in the ring's list of groups (set once, by CAS).
+    pub(crate) next: AtomicPtr<Group>,
+}
+
+impl Group {
+    /// A new, empty group.
+    ///
+    /// # Safety
+    ///
+    /// `upstream` is null or points to a group that outlives this one.
+    pub(crate) unsafe fn new(source: usize, upstream: *const Group) -> Self {
+        Self {
+            source,
+            upstream,
+            high: AtomicUsize::new(0),
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            watchers: CachePadded::new(AtomicUsize::new(0)),
+            members: AtomicUsize::new(0),
+            head: Chunk::new(),
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The upstream group, `None` for the first stage.
+    pub(crate) fn upstream(&self) -> Option<&Group> {
+        // SAFETY: `new`'s contract: the upstream outlives this group.
+        unsafe { self.upstream.as_ref() }
+    }
+
+    /// Every slot that was ever claimed (and possibly some never claimed), in order.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &Slot> + '_ {
+        // Acquire: pairs with the joiner's fetch_max (AcqRel) so the chunks up to `high` are
+        // linked and visible.
+        let mut left = self.high.load(Ordering::Acquire);
+        let mut chunk: *const Chunk = &*self.head;
+        let mut i = 0;
+        std::iter::from_fn(move || loop {
+            if chunk.is_null() || left == 0 {
+                return None;
+            }
+            // SAFETY: chunks are only freed when the group is dropped, which needs `&mut`.
+            let c = unsafe { &*chunk };
+            if i < CHUNK {
+                i += 1;
+                left -= 1;
+                return Some(&*c.slots[i - 1]);
+            }
+            // Acquire: pairs with the Release CAS that linked the chunk, so its slots are
+            // initialised before we read them.
+            chunk = c.next.load(Ordering::Acquire);
+            i = 0;
+        })
+    }
+
+    /// The smallest cursor among the members, if there is any member.
+    ///
+    /// Acquire loads: pair with the readers' Release stores of their cursors, so whatever the
+    /// caller does with the slots below the minimum happens after those readers finished.
+    #[inline]
+    pub(crate) fn min_cursor(&self) -> Option<u64> {
+        let mut min = FREE;
+        for slot in self.slots() {
+            let c = slot.cursor.load(Ordering::Acquire);
+            if c < min {
+                min = c;
+            }
+        }
+        (min != FREE).then_some(min)
+    }
+
+    /// Claims a free slot, storing `position` in its cursor. Grows the group when full.
+    pub(crate) fn claim(&self, position: u64) -> &Slot {
+        let mut chunk: &Chunk = &self.head;
+        let mut base = 0;
+        loop {
+            for (i, slot) in chunk.slots.iter().enumerate() {
+                if slot.cursor.load(Ordering::Relaxed) == FREE
+                    && slot
+                        .cursor
+                        // AcqRel: Acquire pairs with the Release store of the reader that left
+                        // the slot (its last accesses to the waker happen before ours).
+                        .compare_exchange(FREE, position, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    self.high.fetch_max(base + i + 1, Ordering::AcqRel);
+                    return slot;
+                }
+            }
+            base += CHUNK;
+            let next = chunk.next.load(Ordering::Acquire);
+            if !next.is_null() {
+                // SAFETY: linked chunks live as long as the group.
+                chunk = unsafe { &*next };
+                continue;
+            }
+            let fresh = Box::into_raw(Chunk::new());
+            match chunk.next.compare_exchange(
+                ptr::null_mut(),
+                fresh,
+                // Release: publishes the initialised chunk to `slots()` (Acquire there).
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                // SAFETY: just linked; lives as long as the group.
+                Ok(_) => chunk = unsafe { &*fresh },
+                Err(existing) => {
+                    // SAFETY: `fresh` was never shared.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    // SAFETY: linked chunks live as long as the group.
+                    chunk = unsafe { &*existing };
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let mut next = self.head.next.load(Ordering::Relaxed);
+        while !next.is_null() {
+            // SAFETY: each chunk was made by `Box::into_raw` and is linked exactly once.
+            let chunk = unsafe { Box::from_raw(next) };
+            next = chunk.next.load(Ordering::Relaxed);
+        }
+    }
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("source", &self.source)
+            .field("members", &self.members.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the raw `upstream` pointer only ever gives `&Group`, and groups are shared between
+// threads through their atomics alone.
+unsafe impl Send for Group {}
+// SAFETY: as above.
+unsafe impl Sync for Group {}

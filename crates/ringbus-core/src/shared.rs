@@ -1,0 +1,332 @@
+//! The ring's shared state: slots, the writer's cursor, the reader groups, and the
+//! wake-up protocol between them.
+//!
+//! # Algorithm
+//!
+//! This is the LMAX Disruptor's single-producer ring. Positions are `u64` sequence numbers
+//! that never wrap; position `p` lives in slot `p & mask`. The writer owns every slot from its
+//! cursor up to `gate + capacity`, where `gate` is the smallest cursor of any reader (or the
+//! writer's own position when there is none); readers own nothing and borrow the slots between
+//! their cursor and their *barrier*: the writer's cursor for the first stage, the smallest
+//! cursor of the upstream stage for later stages (falling through empty stages).
+//!
+//! The writer caches `gate + capacity` and rescans the readers only when it reaches it, so with
+//! keep-up readers a rescan happens once per lap. The writer gates on the readers of *every*
+//! stage, not only the last: in steady state the minimum is the same (each stage is behind the
+//! one before it), and it keeps a reader that joins an upstream stage safe from being lapped
+//! without relying on the downstream stages having seen it.
+//!
+//! # Waiting
+//!
+//! A reader that caught up parks on its *source*: the writer, or the upstream group whose
+//! readers bound it. Parking is: register the waker, set `Slot::parked_on` and count it in the
+//! source's `watchers`, [`heavy_fence`], look at the barrier once more. Progress is: store the
+//! cursor (Release), [`light_fence`], load the source's `watchers` (Relaxed) and only when it is
+//! non-zero scan for parked readers. The fence pair makes the two sides agree: either the
+//! parker sees the new cursor, or the one making progress sees the count. The writer parks the
+//! same way on `writer_parked`, which every reader checks after it advances.
+//!
+//! # Invariants
+//!
+//! - Only the writer stores to `cursor` and to the slots (through `&mut Writer`).
+//! - A reader's cursor never exceeds its barrier; the writer never writes position
+//!   `p + capacity` while a reader's cursor is at or below `p`.
+//! - `closed` is set (Release) after the writer's last cursor store.
+
+use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::ptr;
+
+use crate::atomic_waker::AtomicWaker;
+use crate::registry::{Group, Slot, NOT_PARKED, WRITER_SOURCE};
+use crate::sync::{
+    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU64, AtomicUsize,
+    Ordering,
+};
+
+pub(crate) struct Shared<T> {
+    /// One past the last published position. Written only by the writer (Release, after the
+    /// slot write); read with Acquire by first-stage readers.
+    pub(crate) cursor: CachePadded<AtomicU64>,
+    /// Readers parked on the writer. Read (Relaxed, after `light_fence`) on every publish.
+    pub(crate) writer_watchers: CachePadded<AtomicUsize>,
+    /// The writer waits for room. Read (Relaxed, after `light_fence`) on every reader advance.
+    pub(crate) writer_parked: CachePadded<AtomicBool>,
+    /// The writer's task, while it waits for room.
+    pub(crate) writer_waker: AtomicWaker,
+    /// Set (Release) once the writer is gone, after its last cursor store.
+    pub(crate) closed: AtomicBool,
+    /// The first stage; the head of the list of groups (linked through `Group::next`).
+    pub(crate) root: *const Group,
+    /// Groups made so far (source ids are handed out from it).
+    groups: AtomicUsize,
+    /// Readers currently joined, in every group.
+    pub(crate) readers: AtomicUsize,
+    pub(crate) max_readers: usize,
+    /// Iterations of busy polling before a waiter parks.
+    pub(crate) spin: u32,
+    pub(crate) mask: u64,
+    pub(crate) capacity: usize,
+    /// The slots; always initialised (from `Default` or a factory). See the module docs for
+    /// who may touch which.
+    slots: Box<[UnsafeCell<T>]>,
+}
+
+// SAFETY: values move from the writer's thread into the ring (`T: Send`) and are read by
+// reference from many threads at once (`T: Sync`). Everything else is atomics and groups.
+unsafe impl<T: Send + Sync> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub(crate) fn new(
+        capacity: usize,
+        spin: u32,
+        max_readers: usize,
+        mut fill: impl FnMut() -> T,
+    ) -> Self {
+        crate::sync::init_fences();
+        let slots = (0..capacity).map(|_| UnsafeCell::new(fill())).collect();
+        // SAFETY: the root has no upstream.
+        let root = Box::into_raw(Box::new(unsafe { Group::new(WRITER_SOURCE + 1, ptr::null()) }));
+        Self {
+            cursor: CachePadded::new(AtomicU64::new(0)),
+            writer_watchers: CachePadded::new(AtomicUsize::new(0)),
+            writer_parked: CachePadded::new(AtomicBool::new(false)),
+            writer_waker: AtomicWaker::new(),
+            closed: AtomicBool::new(false),
+            root,
+            groups: AtomicUsize::new(1),
+            readers: AtomicUsize::new(0),
+            max_readers,
+            spin,
+            mask: capacity as u64 - 1,
+            capacity,
+            slots,
+        }
+    }
+
+    /// The slot of `position`.
+    #[inline(always)]
+    pub(crate) fn slot(&self, position: u64) -> *mut T {
+        // SAFETY: the mask keeps the index in bounds.
+        unsafe { self.slots.get_unchecked((position & self.mask) as usize) }.get()
+    }
+
+    /// A pointer to `len` slots starting at index `start` (no wrapping).
+    #[inline(always)]
+    pub(crate) fn slots_ptr(&self, start: usize) -> *mut T {
+        debug_assert!(start < self.capacity);
+        // `UnsafeCell<T>` has the layout of `T`, so the cells are a `[T]` in memory.
+        self.slots.as_ptr().wrapping_add(start) as *mut T
+    }
+
+    pub(crate) fn root(&self) -> &Group {
+        // SAFETY: the root lives as long as the ring.
+        unsafe { &*self.root }
+    }
+
+    /// Every group, the root first.
+    pub(crate) fn groups(&self) -> impl Iterator<Item = &Group> + '_ {
+        let mut next: *const Group = self.root;
+        std::iter::from_fn(move || {
+            // SAFETY: groups live as long as the ring.
+            let g = unsafe { next.as_ref()? };
+            // Acquire: pairs with the Release CAS in `add_group`.
+            next = g.next.load(Ordering::Acquire);
+            Some(g)
+        })
+    }
+
+    /// Makes a new group following `upstream` and links it into the list.
+    pub(crate) fn add_group(&self, upstream: &Group) -> &Group {
+        let source = WRITER_SOURCE + 1 + self.groups.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `upstream` belongs to this ring, which frees all its groups together.
+        let fresh = Box::into_raw(Box::new(unsafe { Group::new(source, upstream) }));
+        let mut last = self.root();
+        loop {
+            match last.next.compare_exchange(
+                ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                // SAFETY: linked groups live as long as the ring.
+                Ok(_) => return unsafe { &*fresh },
+                // SAFETY: as above.
+                Err(next) => last = unsafe { &*next },
+            }
+        }
+    }
+
+    /// The smallest cursor of any reader of any stage, or `own` if smaller (or no readers).
+    ///
+    /// The caller (the writer) has stored its cursor before; the [`light_fence`] here pairs
+    /// with the joiner's [`heavy_fence`] (see `Stage::reader`): either this scan sees the
+    /// joiner's claimed slot, or the joiner's start position is at least `own`.
+    pub(crate) fn gate(&self, own: u64) -> u64 {
+        light_fence();
+        let mut min = own;
+        for g in self.groups() {
+            if let Some(m) = g.min_cursor() {
+                min = min.min(m);
+            }
+        }
+        min
+    }
+
+    /// What a reader of a group following `upstream` may read up to, and the source it waits on.
+    ///
+    /// A scan of an upstream group is validated against its `epoch`: the [`light_fence`] after
+    /// the scan pairs with a joiner's [`heavy_fence`] after its epoch bump. If the epoch did not
+    /// move, the scan is ordered before the joiner's fence, so the joiner's start position is at
+    /// least every position this scan allowed and we can never run ahead of it.
+    pub(crate) fn barrier(&self, upstream: Option<&Group>) -> (u64, usize) {
+        let Some(g) = upstream else {
+            // Acquire: pairs with the writer's Release store after its slot writes.
+            return (self.cursor.load(Ordering::Acquire), WRITER_SOURCE);
+        };
+        loop {
+            let epoch = g.epoch.load(Ordering::Acquire);
+            let found = match g.min_cursor() {
+                Some(min) => (min, g.source),
+                None => self.barrier(g.upstream()),
+            };
+            light_fence();
+            if g.epoch.load(Ordering::Relaxed) == epoch {
+                return found;
+            }
+        }
+    }
+
+    /// The `watchers` count of a source.
+    fn watchers(&self, source: usize) -> Option<&AtomicUsize> {
+        if source == WRITER_SOURCE {
+            return Some(&self.writer_watchers);
+        }
+        self.groups()
+            .find(|g| g.source == source)
+            .map(|g| &*g.watchers)
+    }
+
+    /// Marks `slot` as parked on `source` (counting it there), clearing an earlier park on
+    /// another source. The caller runs [`heavy_fence`] next, then looks again.
+    pub(crate) fn park(&self, slot: &Slot, source: usize) {
+        let previous = slot.parked_on.swap(source, Ordering::AcqRel);
+        if previous == source {
+            return;
+        }
+        if let Some(w) = self.watchers(source) {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+        if previous != NOT_PARKED {
+            // We took the earlier park back before anybody woke it: pay it back.
+            if let Some(w) = self.watchers(previous) {
+                w.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Takes a park back without being woken (the reader found data after all, or stopped
+    /// waiting). Harmless if a waker got there first.
+    pub(crate) fn unpark(&self, slot: &Slot) {
+        let previous = slot.parked_on.swap(NOT_PARKED, Ordering::AcqRel);
+        if previous != NOT_PARKED {
+            if let Some(w) = self.watchers(previous) {
+                w.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Wakes every reader parked on `source`. The slow path of publish and advance.
+    #[cold]
+    pub(crate) fn wake_source(&self, source: usize) {
+        let Some(count) = self.watchers(source) else {
+            return;
+        };
+        for g in self.groups() {
+            for slot in g.slots() {
+                if slot.parked_on.load(Ordering::Relaxed) == source
+                    && slot
+                        .parked_on
+                        .compare_exchange(source, NOT_PARKED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    slot.waker.wake();
+                }
+            }
+        }
+    }
+
+    /// Wakes the writer if it waits for room. Called after a reader's cursor moved (or left).
+    #[inline]
+    pub(crate) fn notify_progress(&self, group: &Group) {
+        light_fence();
+        if self.writer_parked.load(Ordering::Relaxed) {
+            self.wake_writer();
+        }
+        if group.watchers.load(Ordering::Relaxed) != 0 {
+            self.wake_source(group.source);
+        }
+    }
+
+    #[cold]
+    fn wake_writer(&self) {
+        if self.writer_parked.swap(false, Ordering::AcqRel) {
+            self.writer_waker.wake();
+        }
+    }
+
+    /// Marks the ring closed and wakes every parked reader, whatever it waits on.
+    pub(crate) fn close(&self) {
+        // Release: pairs with the Acquire load in `Reader::is_drained`, after which the final
+        // cursor is visible.
+        self.closed.store(true, Ordering::Release);
+        // Pairs with the parkers' heavy fence: either they see `closed`, or we see them parked.
+        full_fence();
+        for g in self.groups() {
+            for slot in g.slots() {
+                let previous = slot.parked_on.swap(NOT_PARKED, Ordering::AcqRel);
+                if previous != NOT_PARKED {
+                    if let Some(w) = self.watchers(previous) {
+                        w.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    slot.waker.wake();
+                }
+            }
+        }
+    }
+
+    /// The heavy half of the park protocol, exposed for readers and the writer.
+    #[inline]
+    pub(crate) fn park_fence(&self) {
+        heavy_fence();
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        let mut next = self.root as *mut Group;
+        while !next.is_null() {
+            // SAFETY: each group was made by `Box::into_raw` and is linked exactly once; with
+            // `&mut self` nobody else can reach it.
+            let g = unsafe { Box::from_raw(next) };
+            next = g.next.load(Ordering::Relaxed);
+        }
+        // The slots drop with `self.slots`: every value, published or initial, exactly once.
+    }
+}
+
+impl<T> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("capacity", &self.capacity)
+            .field("published", &self.cursor.load(Ordering::Relaxed))
+            .field("readers", &self.readers.load(Ordering::Relaxed))
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+

@@ -1,0 +1,123 @@
+//! Stages: groups of readers, chained so that each stage sees only what the one before it
+//! finished.
+
+use std::fmt;
+
+use crate::error::JoinError;
+use crate::reader::Reader;
+use crate::registry::Group;
+use crate::shared::Shared;
+use crate::sync::{Arc, Ordering};
+
+/// A group of readers of one ring; a handle to let readers join it, from any thread.
+///
+/// [`Writer::stage`](crate::Writer::stage) (or the builder) gives the first stage, whose
+/// readers see items as soon as they are published. [`then`](Self::then) makes a stage whose
+/// readers see an item only once *every* reader of this stage has released it, as in a
+/// Disruptor pipeline (journal, then replicate, then business logic). The writer waits for the
+/// slowest reader of any stage. An empty stage is transparent: its followers read what its own
+/// upstream finished.
+///
+/// `Stage` is cheap to clone and `Send + Sync`.
+///
+/// # Examples
+///
+/// ```
+/// # ringbus_core::block_on(async {
+/// let (mut writer, journal) = ringbus_core::Builder::new(64).build::<u64>();
+/// let logic = journal.then();
+/// let mut j = journal.reader().unwrap();
+/// let mut l = logic.reader().unwrap();
+/// writer.publish(1).await;
+/// assert!(l.try_recv().is_err()); // the journal has not finished with it yet
+/// drop(j.recv().await.unwrap());   // releasing it lets the next stage see it
+/// assert_eq!(*l.recv().await.unwrap(), 1);
+/// # });
+/// ```
+pub struct Stage<T> {
+    shared: Arc<Shared<T>>,
+    /// Lives as long as `shared`.
+    group: *const Group,
+}
+
+// SAFETY: a stage only joins readers (see `Reader`'s bounds) and reads atomics of its group,
+// which lives as long as the ring that `shared` keeps alive.
+unsafe impl<T: Send + Sync> Send for Stage<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for Stage<T> {}
+
+impl<T> Stage<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>, group: &Group) -> Self {
+        Self { shared, group }
+    }
+
+    fn group(&self) -> &Group {
+        // SAFETY: groups live as long as the ring, which `self.shared` keeps alive.
+        unsafe { &*self.group }
+    }
+
+    /// A new stage after this one: its readers see only what every reader of this stage has
+    /// released.
+    pub fn then(&self) -> Stage<T> {
+        let group = self.shared.add_group(self.group());
+        Stage::new(self.shared.clone(), group)
+    }
+
+    /// The number of readers in this stage now.
+    pub fn readers(&self) -> usize {
+        self.group().members.load(Ordering::Relaxed)
+    }
+
+    /// Joins a new reader to this stage. Lock-free, and never makes the writer wait.
+    ///
+    /// The reader starts at the current end of what this stage may read: for the first stage,
+    /// the writer's position, so it sees exactly the items published after `reader` returns
+    /// (and possibly some published while it ran).
+    ///
+    /// # Errors
+    ///
+    /// [`JoinError::TooManyReaders`] past the ring's
+    /// [`max_readers`](crate::Builder::max_readers).
+    pub fn reader(&self) -> Result<Reader<T>, JoinError> {
+        let shared = &*self.shared;
+        let group = self.group();
+        if shared.readers.fetch_add(1, Ordering::Relaxed) >= shared.max_readers {
+            shared.readers.fetch_sub(1, Ordering::Relaxed);
+            return Err(JoinError::TooManyReaders {
+                max: shared.max_readers,
+            });
+        }
+        // 1. Claim a slot with a position that is safe but possibly stale (too low): while we
+        //    hold it, neither the writer nor a downstream stage can pass it.
+        let (claimed, _) = shared.barrier(group.upstream());
+        let slot = group.claim(claimed);
+        group.members.fetch_add(1, Ordering::Relaxed);
+        // 2. Tell downstream scans that a member arrived (they validate against `epoch`).
+        group.epoch.fetch_add(1, Ordering::AcqRel);
+        // 3. Pairs with the light fence of the writer's gate scan and of downstream barrier
+        //    scans: a scan that missed our slot is ordered before this fence, so the barrier we
+        //    read next is at least everything that scan allowed.
+        shared.park_fence();
+        let (barrier, _) = shared.barrier(group.upstream());
+        let start = barrier.max(claimed);
+        // Release: pairs with the Acquire loads of cursors in the scans.
+        slot.cursor.store(start, Ordering::Release);
+        // Raising the position from `claimed` is progress for whoever waited on it.
+        shared.notify_progress(group);
+        Ok(Reader::new(self.shared.clone(), group, slot, start))
+    }
+}
+
+impl<T> Clone for Stage<T> {
+    fn clone(&self) -> Self {
+        Stage::new(self.shared.clone(), self.group())
+    }
+}
+
+impl<T> fmt::Debug for Stage<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stage")
+            .field("readers", &self.readers())
+            .finish_non_exhaustive()
+    }
+}

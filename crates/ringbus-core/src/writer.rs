@@ -1,0 +1,395 @@
+//! The single writer: publish one, many or in place, waiting for the slowest reader when full.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::{Full, TooLarge, TryReserveError};
+use crate::shared::Shared;
+use crate::stage::Stage;
+use crate::sync::{spin_hint, Arc, Ordering};
+
+/// The one writer of a ring.
+///
+/// Publishing takes `&mut self`: the single-writer contract of the Disruptor is enforced by the
+/// type system. `Writer` is `Send` (move it to the task or thread that publishes) but not
+/// `Clone`. Dropping it (or calling [`close`](Self::close)) closes the ring: readers drain what
+/// was published, then see [`Closed`](crate::Closed).
+///
+/// # Examples
+///
+/// ```
+/// # ringbus_core::block_on(async {
+/// let (mut writer, stage) = ringbus_core::Builder::new(8).build::<u64>();
+/// let mut reader = stage.reader().unwrap();
+/// writer.publish(7).await;
+/// assert_eq!(*reader.recv().await.unwrap(), 7);
+/// # });
+/// ```
+pub struct Writer<T> {
+    shared: Arc<Shared<T>>,
+    /// Next position to write; equals `shared.cursor` between calls.
+    next: u64,
+    /// Positions below this may be written without looking at the readers again: the gate
+    /// (slowest reader) seen at the last scan, plus the capacity.
+    limit: u64,
+}
+
+impl<T> Writer<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
+        let limit = shared.capacity as u64;
+        Self {
+            shared,
+            next: 0,
+            limit,
+        }
+    }
+
+    /// The ring's capacity (a power of two).
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+
+    /// How many items have been published so far.
+    pub fn published(&self) -> u64 {
+        self.next
+    }
+
+    /// A handle to the first stage of readers, to let readers join from anywhere.
+    pub fn stage(&self) -> Stage<T> {
+        Stage::new(self.shared.clone(), self.shared.root())
+    }
+
+    /// How many items can be published now without waiting (rescans the readers).
+    pub fn remaining(&mut self) -> usize {
+        self.rescan();
+        (self.limit.saturating_sub(self.next)) as usize
+    }
+
+    /// Rescans the readers and moves `limit`.
+    #[inline(never)]
+    fn rescan(&mut self) {
+        let gate = self.shared.gate(self.next);
+        self.limit = gate + self.shared.capacity as u64;
+    }
+
+    /// True when `n` more positions can be written now.
+    #[inline(always)]
+    fn has_room(&mut self, n: usize) -> bool {
+        if self.next + n as u64 <= self.limit {
+            return true;
+        }
+        self.rescan();
+        self.next + n as u64 <= self.limit
+    }
+
+    /// Makes positions up to `self.next + n` visible and wakes readers that wait for them.
+    #[inline(always)]
+    fn commit(&mut self, n: usize) {
+        self.next += n as u64;
+        // Release: pairs with the Acquire load of `cursor` in `Shared::barrier`; the slot
+        // writes above happen before any reader reads them.
+        self.shared.cursor.store(self.next, Ordering::Release);
+        crate::sync::light_fence();
+        if self.shared.writer_watchers.load(Ordering::Relaxed) != 0 {
+            self.shared.wake_source(crate::registry::WRITER_SOURCE);
+        }
+    }
+
+    /// Publishes `value` if there is room now; gives it back in `Full` otherwise.
+    ///
+    /// Never waits. `Full` means the slowest gating reader would be lapped.
+    ///
+    /// ```
+    /// let (mut writer, stage) = ringbus_core::Builder::new(1).build::<u32>();
+    /// let _reader = stage.reader().unwrap();
+    /// writer.try_publish(1).unwrap();
+    /// assert_eq!(writer.try_publish(2).unwrap_err().into_inner(), 2);
+    /// ```
+    #[inline]
+    pub fn try_publish(&mut self, value: T) -> Result<(), Full<T>> {
+        if !self.has_room(1) {
+            return Err(Full(value));
+        }
+        // SAFETY: `has_room`: no reader can read position `next` (it is at or past every
+        // cursor's barrier) and every reader finished with the value a lap ago.
+        unsafe { *self.shared.slot(self.next) = value };
+        self.commit(1);
+        Ok(())
+    }
+
+    /// Publishes `value`, waiting while the slowest gating reader would be lapped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, `value` was not published (no reader will
+    /// see it) and is dropped with the future. To keep the value on cancellation, wait with
+    /// [`ready`](Self::ready) and then call [`try_publish`](Self::try_publish).
+    pub async fn publish(&mut self, value: T) {
+        self.ready(1).await;
+        let published = self.try_publish(value);
+        debug_assert!(published.is_ok(), "room vanished under &mut");
+    }
+
+    /// Publishes every item of `items`, in order, each chunk that fits with one cursor store.
+    /// Returns how many were published.
+    ///
+    /// # Cancel safety
+    ///
+    /// Items already published stay published (every reader will see them); the rest of the
+    /// iterator is dropped with the future.
+    pub async fn publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
+        let mut items = items.into_iter().peekable();
+        let mut total = 0;
+        while items.peek().is_some() {
+            self.ready(1).await;
+            total += self.write_available(&mut items);
+        }
+        total
+    }
+
+    /// Publishes as many of `items` as fit now, with one cursor store. Never waits.
+    /// Returns how many were published; the rest stay in the iterator.
+    pub fn try_publish_batch<I: Iterator<Item = T>>(&mut self, items: &mut I) -> u64 {
+        if !self.has_room(1) {
+            return 0;
+        }
+        self.write_available(items)
+    }
+
+    fn write_available<I: Iterator<Item = T>>(&mut self, items: &mut I) -> u64 {
+        let room = self.limit - self.next;
+        let mut n = 0;
+        while n < room {
+            let Some(value) = items.next() else { break };
+            // SAFETY: positions below `limit` are the writer's (see `try_publish`), and they
+            // stay unpublished until the `commit` below.
+            unsafe { *self.shared.slot(self.next + n) = value };
+            n += 1;
+        }
+        if n > 0 {
+            self.commit(n as usize);
+        }
+        n
+    }
+
+    /// Waits until `n` items can be published without waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it changes nothing but the writer's cached view of the readers.
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds the capacity (it could never complete); use [`reserve`](Self::reserve)
+    /// for a checked form.
+    pub fn ready(&mut self, n: usize) -> Ready<'_, T> {
+        assert!(
+            n <= self.shared.capacity,
+            "Writer::ready({n}) exceeds the ring's capacity of {}",
+            self.shared.capacity
+        );
+        Ready {
+            writer: self,
+            n,
+            parked: false,
+        }
+    }
+
+    /// Reserves `n` slots to fill in place (no move, no allocation), waiting for room.
+    ///
+    /// The reservation hands out the slots as two mutable segments (the second non-empty only
+    /// when the range wraps) holding whatever values they last held;
+    /// [`commit`](Reservation::commit) publishes all `n` with one cursor store.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is published until `commit`.
+    ///
+    /// ```
+    /// # ringbus_core::block_on(async {
+    /// let (mut writer, stage) = ringbus_core::Builder::new(4).build::<u64>();
+    /// let mut reader = stage.reader().unwrap();
+    /// let mut r = writer.reserve(3).await.unwrap();
+    /// let (a, b) = r.as_mut_slices();
+    /// for (i, slot) in a.iter_mut().chain(b.iter_mut()).enumerate() { *slot = i as u64; }
+    /// r.commit();
+    /// let batch = reader.recv_batch(8).await.unwrap();
+    /// assert_eq!(batch.iter().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    /// # });
+    /// ```
+    pub async fn reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, TooLarge> {
+        self.check_size(n)?;
+        self.ready(n).await;
+        Ok(Reservation { writer: self, n })
+    }
+
+    /// Reserves `n` slots if they are free now. See [`reserve`](Self::reserve).
+    pub fn try_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, TryReserveError> {
+        self.check_size(n)?;
+        if !self.has_room(n) {
+            return Err(TryReserveError::Full);
+        }
+        Ok(Reservation { writer: self, n })
+    }
+
+    fn check_size(&self, n: usize) -> Result<(), TooLarge> {
+        if n > self.shared.capacity {
+            return Err(TooLarge {
+                requested: n,
+                capacity: self.shared.capacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// Polls for room for `n` items, parking the task when there is none.
+    fn poll_room(&mut self, cx: &mut Context<'_>, n: usize, parked: &mut bool) -> Poll<()> {
+        for _ in 0..=self.shared.spin {
+            if self.has_room(n) {
+                self.unpark(parked);
+                return Poll::Ready(());
+            }
+            spin_hint();
+        }
+        self.shared.writer_waker.register(cx.waker());
+        self.shared.writer_parked.store(true, Ordering::Relaxed);
+        *parked = true;
+        // Pairs with the readers' light fence after they store their cursor: either they see
+        // `writer_parked`, or our rescan below sees their cursor.
+        self.shared.park_fence();
+        if self.has_room(n) {
+            self.unpark(parked);
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    fn unpark(&mut self, parked: &mut bool) {
+        if std::mem::take(parked) {
+            self.shared.writer_parked.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// [`publish`](Self::publish) for plain threads: blocks the thread (after a short spin)
+    /// while the ring is full.
+    #[cfg(not(ringbus_loom))]
+    pub fn blocking_publish(&mut self, value: T) {
+        crate::blocking::block_on(self.publish(value));
+    }
+
+    /// [`publish_batch`](Self::publish_batch) for plain threads.
+    #[cfg(not(ringbus_loom))]
+    pub fn blocking_publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
+        crate::blocking::block_on(self.publish_batch(items))
+    }
+
+    /// [`reserve`](Self::reserve) for plain threads.
+    #[cfg(not(ringbus_loom))]
+    pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, TooLarge> {
+        self.check_size(n)?;
+        crate::blocking::block_on(self.ready(n));
+        Ok(Reservation { writer: self, n })
+    }
+
+    /// Closes the ring: readers read what was published, then see [`Closed`](crate::Closed).
+    /// The same as dropping the writer.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl<T> Drop for Writer<T> {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl<T> fmt::Debug for Writer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer")
+            .field("capacity", &self.shared.capacity)
+            .field("published", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Future of [`Writer::ready`]: completes when the writer has room.
+#[must_use = "futures do nothing unless polled"]
+pub struct Ready<'a, T> {
+    writer: &'a mut Writer<T>,
+    n: usize,
+    parked: bool,
+}
+
+impl<T> Future for Ready<'_, T> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        this.writer.poll_room(cx, this.n, &mut this.parked)
+    }
+}
+
+impl<T> Drop for Ready<'_, T> {
+    fn drop(&mut self) {
+        self.writer.unpark(&mut self.parked);
+    }
+}
+
+impl<T> fmt::Debug for Ready<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ready").field("n", &self.n).finish_non_exhaustive()
+    }
+}
+
+/// Slots reserved by [`Writer::reserve`], to fill in place and [`commit`](Self::commit).
+///
+/// Dropping it without committing publishes nothing.
+pub struct Reservation<'a, T> {
+    writer: &'a mut Writer<T>,
+    n: usize,
+}
+
+impl<T> Reservation<'_, T> {
+    /// The number of reserved slots.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True for a reservation of zero slots.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The reserved slots as two segments, in publishing order; the second is non-empty only
+    /// when the range wraps. They hold whatever they last held (a value published a lap ago,
+    /// or the initial value).
+    pub fn as_mut_slices(&mut self) -> (&mut [T], &mut [T]) {
+        let shared = &self.writer.shared;
+        let start = (self.writer.next & shared.mask) as usize;
+        let first = self.n.min(shared.capacity - start);
+        // SAFETY: the reserved positions are the writer's alone (see `Writer::try_publish`),
+        // and this `&mut self` keeps anyone else from them; the two ranges are disjoint and in
+        // bounds because `n <= capacity`.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(shared.slots_ptr(start), first),
+                std::slice::from_raw_parts_mut(shared.slots_ptr(0), self.n - first),
+            )
+        }
+    }
+
+    /// Publishes every reserved slot, with one cursor store.
+    pub fn commit(self) {
+        let n = self.n;
+        self.writer.commit(n);
+    }
+}
+
+impl<T> fmt::Debug for Reservation<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation").field("len", &self.n).finish_non_exhaustive()
+    }
+}
