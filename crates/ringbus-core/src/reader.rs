@@ -434,7 +434,10 @@ impl<'a, T> Future for RecvBatch<'a, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let reader = this.reader.as_mut().expect("RecvBatch polled after completion");
+        let reader = this
+            .reader
+            .as_mut()
+            .expect("RecvBatch polled after completion");
         match reader.poll_ready(cx) {
             Poll::Ready(Ok(())) => {
                 let reader = this.reader.take().expect("checked above");

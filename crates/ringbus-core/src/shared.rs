@@ -41,8 +41,7 @@ use std::ptr;
 use crate::atomic_waker::AtomicWaker;
 use crate::registry::{Group, Slot, NOT_PARKED, WRITER_SOURCE};
 use crate::sync::{
-    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU64, AtomicUsize,
-    Ordering,
+    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU64, AtomicUsize, Ordering,
 };
 
 pub(crate) struct Shared<T> {
@@ -89,7 +88,9 @@ impl<T> Shared<T> {
         crate::sync::init_fences();
         let slots = (0..capacity).map(|_| UnsafeCell::new(fill())).collect();
         // SAFETY: the root has no upstream.
-        let root = Box::into_raw(Box::new(unsafe { Group::new(WRITER_SOURCE + 1, ptr::null()) }));
+        let root = Box::into_raw(Box::new(unsafe {
+            Group::new(WRITER_SOURCE + 1, ptr::null())
+        }));
         Self {
             cursor: CachePadded::new(AtomicU64::new(0)),
             writer_watchers: CachePadded::new(AtomicUsize::new(0)),
@@ -329,4 +330,3 @@ impl<T> fmt::Debug for Shared<T> {
             .finish_non_exhaustive()
     }
 }
-

@@ -166,7 +166,8 @@ mod membarrier {
         {
             const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
             // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
-            let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+            let r =
+                unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
             r == 0
         }
         #[cfg(not(target_os = "linux"))]

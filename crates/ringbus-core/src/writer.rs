@@ -46,6 +46,11 @@ impl<T> Writer<T> {
         }
     }
 
+    #[cfg(all(test, ringbus_loom))]
+    pub(crate) fn shared(&self) -> &Shared<T> {
+        &self.shared
+    }
+
     /// The ring's capacity (a power of two).
     pub fn capacity(&self) -> usize {
         self.shared.capacity
@@ -340,7 +345,9 @@ impl<T> Drop for Ready<'_, T> {
 
 impl<T> fmt::Debug for Ready<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ready").field("n", &self.n).finish_non_exhaustive()
+        f.debug_struct("Ready")
+            .field("n", &self.n)
+            .finish_non_exhaustive()
     }
 }
 
@@ -390,6 +397,8 @@ impl<T> Reservation<'_, T> {
 
 impl<T> fmt::Debug for Reservation<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation").field("len", &self.n).finish_non_exhaustive()
+        f.debug_struct("Reservation")
+            .field("len", &self.n)
+            .finish_non_exhaustive()
     }
 }

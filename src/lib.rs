@@ -1,0 +1,4 @@
+//! Support code shared by the suite's examples, integration tests and benchmarks.
+//!
+//! This package (`ringbus-suite`) is never published: it owns the top-level `examples/`,
+//! `tests/` and `benches/` of the workspace.
