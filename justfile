@@ -1,0 +1,33 @@
+# ringbus tasks. Install just with `cargo install just`, then run `just` to list recipes.
+
+# List the recipes.
+default:
+    @just --list
+
+# Every test: unit, integration, doc tests, then the release-mode stress tests.
+test:
+    cargo test --workspace
+    cargo test --release -p ringbus-core --test stress
+
+# The loom models of the ring's protocols (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
+loom preemptions="3":
+    RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
+        cargo test -p ringbus-core --lib --release loom_
+
+# Formatting and clippy, as CI runs them.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Side-by-side benchmarks against the peers (criterion; RUSTFLAGS cleared so figures are reproducible).
+bench *args:
+    RUSTFLAGS= cargo bench --bench ring {{args}}
+    RUSTFLAGS= cargo bench --bench idle
+
+# Latency percentiles (coordinated-omission aware); see docs/benchmarks.
+latency:
+    RUSTFLAGS= cargo bench --bench ring -- latency
+
+# Everything CI runs.
+ci:
+    bash .ci/run
