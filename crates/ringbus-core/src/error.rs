@@ -81,6 +81,30 @@ impl fmt::Display for TooLarge {
 
 impl std::error::Error for TooLarge {}
 
+/// Why [`Writer::reserve`](crate::Writer::reserve) can give no reservation, now or later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReserveError {
+    /// More than the capacity was asked for.
+    TooLarge(TooLarge),
+    /// The ring was made by [`Builder::build_lazy`](crate::Builder::build_lazy) and the
+    /// reserved slots have never been published, so they hold no value to fill in place.
+    /// Publish by value during the first lap, or build the ring with values.
+    Empty,
+}
+
+impl fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReserveError::TooLarge(e) => e.fmt(f),
+            ReserveError::Empty => {
+                f.write_str("cannot reserve slots that hold no value yet (a lazy ring's first lap)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReserveError {}
+
 /// Why [`Writer::try_reserve`](crate::Writer::try_reserve) gave no reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TryReserveError {
@@ -88,6 +112,8 @@ pub enum TryReserveError {
     Full,
     /// More than the capacity was asked for: no attempt can succeed.
     TooLarge(TooLarge),
+    /// See [`ReserveError::Empty`].
+    Empty,
 }
 
 impl fmt::Display for TryReserveError {
@@ -95,15 +121,19 @@ impl fmt::Display for TryReserveError {
         match self {
             TryReserveError::Full => f.write_str("not enough free slots for the reservation"),
             TryReserveError::TooLarge(e) => e.fmt(f),
+            TryReserveError::Empty => ReserveError::Empty.fmt(f),
         }
     }
 }
 
 impl std::error::Error for TryReserveError {}
 
-impl From<TooLarge> for TryReserveError {
-    fn from(e: TooLarge) -> Self {
-        TryReserveError::TooLarge(e)
+impl From<ReserveError> for TryReserveError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::TooLarge(e) => TryReserveError::TooLarge(e),
+            ReserveError::Empty => TryReserveError::Empty,
+        }
     }
 }
 

@@ -68,7 +68,7 @@ mod loom_tests;
 
 #[cfg(not(ringbus_loom))]
 pub use blocking::block_on;
-pub use error::{Closed, Full, JoinError, TooLarge, TryRecvError, TryReserveError};
+pub use error::{Closed, Full, JoinError, ReserveError, TooLarge, TryRecvError, TryReserveError};
 pub use reader::{Batch, ReadGuard, Reader, Recv, RecvBatch};
 pub use stage::Stage;
 pub use writer::{Ready, Reservation, Writer};
@@ -137,6 +137,28 @@ impl Builder {
         self.build_with(T::default)
     }
 
+    /// Builds a ring whose slots start empty: no `Default`, no factory, and nothing to drop
+    /// for slots never published.
+    ///
+    /// The price: [`Writer::reserve`] has no values to lend in place until every slot has been
+    /// published once, and returns [`ReserveError::Empty`] until then. `publish` and the rest
+    /// work from the start.
+    ///
+    /// ```
+    /// struct Order { id: u64 } // no Default
+    /// let (mut writer, stage) = ringbus_core::Builder::new(4).build_lazy::<Order>();
+    /// let mut reader = stage.reader().unwrap();
+    /// writer.try_publish(Order { id: 1 }).ok().unwrap();
+    /// assert_eq!(reader.try_recv().unwrap().id, 1);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`build`](Self::build).
+    pub fn build_lazy<T>(self) -> (Writer<T>, Stage<T>) {
+        self.finish(None)
+    }
+
     /// Builds a ring whose slots start as values from `factory` (called once per slot).
     ///
     /// With [`Writer::reserve`], those values are reused in place lap after lap: a ring of
@@ -145,7 +167,11 @@ impl Builder {
     /// # Panics
     ///
     /// As [`build`](Self::build).
-    pub fn build_with<T>(self, factory: impl FnMut() -> T) -> (Writer<T>, Stage<T>) {
+    pub fn build_with<T>(self, mut factory: impl FnMut() -> T) -> (Writer<T>, Stage<T>) {
+        self.finish(Some(&mut factory))
+    }
+
+    fn finish<T>(self, factory: Option<&mut dyn FnMut() -> T>) -> (Writer<T>, Stage<T>) {
         let shared = sync::Arc::new(shared::Shared::new(
             self.capacity(),
             self.spin,

@@ -36,6 +36,7 @@
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::ptr;
 
 use crate::atomic_waker::AtomicWaker;
@@ -67,9 +68,12 @@ pub(crate) struct Shared<T> {
     pub(crate) spin: u32,
     pub(crate) mask: u64,
     pub(crate) capacity: usize,
-    /// The slots; always initialised (from `Default` or a factory). See the module docs for
-    /// who may touch which.
-    slots: Box<[UnsafeCell<T>]>,
+    /// The slots start empty (`Builder::build_lazy`): slot `i` holds a value once position
+    /// `i` has been published. Otherwise every slot holds a value from the start.
+    pub(crate) lazy: bool,
+    /// The slots. See the module docs for who may touch which, and `lazy` for which hold a
+    /// value.
+    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
 }
 
 // SAFETY: values move from the writer's thread into the ring (`T: Send`) and are read by
@@ -83,10 +87,18 @@ impl<T> Shared<T> {
         capacity: usize,
         spin: u32,
         max_readers: usize,
-        mut fill: impl FnMut() -> T,
+        mut fill: Option<&mut dyn FnMut() -> T>,
     ) -> Self {
         crate::sync::init_fences();
-        let slots = (0..capacity).map(|_| UnsafeCell::new(fill())).collect();
+        let lazy = fill.is_none();
+        let slots = (0..capacity)
+            .map(|_| {
+                UnsafeCell::new(match fill.as_mut() {
+                    Some(f) => MaybeUninit::new(f()),
+                    None => MaybeUninit::uninit(),
+                })
+            })
+            .collect();
         // SAFETY: the root has no upstream.
         let root = Box::into_raw(Box::new(unsafe {
             Group::new(WRITER_SOURCE + 1, ptr::null())
@@ -104,23 +116,51 @@ impl<T> Shared<T> {
             spin,
             mask: capacity as u64 - 1,
             capacity,
+            lazy,
             slots,
         }
     }
 
-    /// The slot of `position`.
+    /// The slot of `position`. It holds a value unless `!self.holds_value(position)`.
     #[inline(always)]
     pub(crate) fn slot(&self, position: u64) -> *mut T {
         // SAFETY: the mask keeps the index in bounds.
-        unsafe { self.slots.get_unchecked((position & self.mask) as usize) }.get()
+        let cell = unsafe { self.slots.get_unchecked((position & self.mask) as usize) };
+        // `UnsafeCell<MaybeUninit<T>>` has the layout of `T`.
+        cell.get().cast()
     }
 
-    /// A pointer to `len` slots starting at index `start` (no wrapping).
+    /// A pointer to the slots from index `start` on (no wrapping); `UnsafeCell` and
+    /// `MaybeUninit` are both `repr(transparent)`, so the cells are a `[T]` in memory.
     #[inline(always)]
     pub(crate) fn slots_ptr(&self, start: usize) -> *mut T {
         debug_assert!(start < self.capacity);
-        // `UnsafeCell<T>` has the layout of `T`, so the cells are a `[T]` in memory.
         self.slots.as_ptr().wrapping_add(start) as *mut T
+    }
+
+    /// Whether the slot that `position` will occupy holds a value before `position` is
+    /// written: always, except during the first lap of a lazy ring.
+    #[inline(always)]
+    pub(crate) fn holds_value(&self, position: u64) -> bool {
+        !self.lazy || position >= self.capacity as u64
+    }
+
+    /// Writes `value` at `position`, dropping the value the slot held a lap ago, if any.
+    ///
+    /// # Safety
+    ///
+    /// Only the writer calls this, for a position it owns (below its gate limit and not yet
+    /// published): no reader can be reading the slot.
+    #[inline(always)]
+    pub(crate) unsafe fn write(&self, position: u64, value: T) {
+        let slot = self.slot(position);
+        if self.holds_value(position) {
+            // SAFETY: the caller owns the slot, and it holds a value (see `holds_value`).
+            unsafe { *slot = value };
+        } else {
+            // SAFETY: the caller owns the slot, and it is empty: nothing to drop.
+            unsafe { slot.write(value) };
+        }
     }
 
     pub(crate) fn root(&self) -> &Group {
@@ -316,7 +356,18 @@ impl<T> Drop for Shared<T> {
             let g = unsafe { Box::from_raw(next) };
             next = g.next.load(Ordering::Relaxed);
         }
-        // The slots drop with `self.slots`: every value, published or initial, exactly once.
+        // Drop every value the slots hold, exactly once: all of them, or in a lazy ring only
+        // those of the positions published in the first lap.
+        let held = if self.lazy {
+            (self.cursor.load(Ordering::Relaxed) as usize).min(self.capacity)
+        } else {
+            self.capacity
+        };
+        for cell in &mut self.slots[..held] {
+            // SAFETY: `held` counts exactly the slots holding a value (see `lazy`), and with
+            // `&mut self` no reader or writer is left.
+            unsafe { cell.get_mut().assume_init_drop() };
+        }
     }
 }
 

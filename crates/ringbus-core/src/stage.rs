@@ -63,6 +63,16 @@ impl<T> Stage<T> {
         Stage::new(self.shared.clone(), group)
     }
 
+    /// How many items the writer has published so far (a snapshot).
+    pub fn published(&self) -> u64 {
+        self.shared.cursor.load(Ordering::Acquire)
+    }
+
+    /// True once the writer is gone.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
     /// The number of readers in this stage now.
     pub fn readers(&self) -> usize {
         self.group().members.load(Ordering::Relaxed)

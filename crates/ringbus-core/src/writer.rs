@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::error::{Full, TooLarge, TryReserveError};
+use crate::error::{Full, ReserveError, TooLarge, TryReserveError};
 use crate::shared::Shared;
 use crate::stage::Stage;
 use crate::sync::{spin_hint, Arc, Ordering};
@@ -119,7 +119,7 @@ impl<T> Writer<T> {
         }
         // SAFETY: `has_room`: no reader can read position `next` (it is at or past every
         // cursor's barrier) and every reader finished with the value a lap ago.
-        unsafe { *self.shared.slot(self.next) = value };
+        unsafe { self.shared.write(self.next, value) };
         self.commit(1);
         Ok(())
     }
@@ -170,7 +170,7 @@ impl<T> Writer<T> {
             let Some(value) = items.next() else { break };
             // SAFETY: positions below `limit` are the writer's (see `try_publish`), and they
             // stay unpublished until the `commit` below.
-            unsafe { *self.shared.slot(self.next + n) = value };
+            unsafe { self.shared.write(self.next + n, value) };
             n += 1;
         }
         if n > 0 {
@@ -208,6 +208,12 @@ impl<T> Writer<T> {
     /// when the range wraps) holding whatever values they last held;
     /// [`commit`](Reservation::commit) publishes all `n` with one cursor store.
     ///
+    /// # Errors
+    ///
+    /// [`ReserveError::TooLarge`] if `n` exceeds the capacity; [`ReserveError::Empty`] during
+    /// the first lap of a ring made by [`Builder::build_lazy`](crate::Builder::build_lazy),
+    /// whose slots hold no value to fill in place until they are first published.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: nothing is published until `commit`.
@@ -224,7 +230,7 @@ impl<T> Writer<T> {
     /// assert_eq!(batch.iter().copied().collect::<Vec<_>>(), [0, 1, 2]);
     /// # });
     /// ```
-    pub async fn reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, TooLarge> {
+    pub async fn reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, ReserveError> {
         self.check_size(n)?;
         self.ready(n).await;
         Ok(Reservation { writer: self, n })
@@ -239,12 +245,15 @@ impl<T> Writer<T> {
         Ok(Reservation { writer: self, n })
     }
 
-    fn check_size(&self, n: usize) -> Result<(), TooLarge> {
+    fn check_size(&self, n: usize) -> Result<(), ReserveError> {
         if n > self.shared.capacity {
-            return Err(TooLarge {
+            return Err(ReserveError::TooLarge(TooLarge {
                 requested: n,
                 capacity: self.shared.capacity,
-            });
+            }));
+        }
+        if n > 0 && !self.shared.holds_value(self.next) {
+            return Err(ReserveError::Empty);
         }
         Ok(())
     }
@@ -292,7 +301,7 @@ impl<T> Writer<T> {
 
     /// [`reserve`](Self::reserve) for plain threads.
     #[cfg(not(ringbus_loom))]
-    pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, TooLarge> {
+    pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, ReserveError> {
         self.check_size(n)?;
         crate::blocking::block_on(self.ready(n));
         Ok(Reservation { writer: self, n })
