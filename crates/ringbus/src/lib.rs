@@ -1,6 +1,69 @@
 //! ringbus: an async, tokio-native, in-process message bus.
 //!
-//! The bus itself is being built on top of the ring, which is re-exported here as
-//! [`ring`]. Until then, use [`ring`] directly.
+//! Topics carry one message type each, one lock-free ring per topic; every subscriber is a
+//! tokio task that runs its async handler on each message, borrowed in place from the ring
+//! (no `Clone` bound, no copy). `publish` waits for room (backpressure, never loss), is
+//! cancellable through a [`Context`] or by dropping it, and gives the message back in every
+//! error; [`Bus::close`] refuses new messages and returns once every queued one was handled.
+//!
+//! ```
+//! use ringbus::{Bus, Context, PublishError};
+//! use std::time::Duration;
+//!
+//! #[derive(Debug)]
+//! struct Order { id: u64, cents: u64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ringbus::Error> {
+//! let bus = Bus::builder().capacity(1024).build();
+//! let _audit = bus.subscribe("orders", |order: &Order| {
+//!     let (id, cents) = (order.id, order.cents);
+//!     async move { println!("order {id}: {cents} cents") }
+//! })?;
+//!
+//! bus.publish("orders", Order { id: 1, cents: 500 }).await?;
+//! let ctx = Context::new().with_timeout(Duration::from_millis(50));
+//! match bus.publish_with(&ctx, "orders", Order { id: 2, cents: 9 }).await {
+//!     Err(PublishError::Cancelled(order)) => println!("nobody got {order:?}"),
+//!     other => other?,
+//! }
+//! let orders = bus.topic::<Order>("orders")?; // resolved once, no lookup per publish
+//! orders.publish(Order { id: 3, cents: 1 }).await?;
+//! bus.close().await; // every order above is handled before this returns
+//! # Ok(()) }
+//! ```
+//!
+//! # The types
+//!
+//! - [`Bus`] (and [`BusBuilder`]): topics by name; `publish`, `publish_with`, `try_publish`,
+//!   `publish_batch`, `subscribe`, `subscribe_batch`, `register`, `close`, `stats`.
+//! - [`Topic`]: a resolved, typed topic handle.
+//! - [`Context`]: a deadline and/or cancellation for a publish.
+//! - [`Handler`], [`BatchHandler`], [`Subscriber`]: what a subscriber runs; closures and
+//!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
+//!   timeout.
+//! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
+//! - [`PublishError`] (gives the message back), [`Error`], [`TypeMismatch`].
+//! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
+//! - [`ring`]: the lock-free ring under every topic, usable on its own.
+//!
+//! The ten guarantees are listed on [`Bus`].
 
+mod bus;
+mod context;
+mod error;
+mod handler;
+mod stats;
+mod subscriber;
+mod topic;
+
+pub use bus::{Bus, BusBuilder, Topic};
+pub use context::Context;
+pub use error::{Error, PublishError, TypeMismatch};
+pub use handler::{
+    Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
+};
 pub use ringbus_core as ring;
+pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
+pub use subscriber::Subscription;
+pub use tokio_util::sync::CancellationToken;

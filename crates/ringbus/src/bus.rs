@@ -1,0 +1,626 @@
+//! [`Bus`]: the topic registry, sharded over locks, and the bus-wide operations (publish by
+//! name, subscribe, close, stats).
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::error::{Error, PublishError, TypeMismatch};
+use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
+use crate::stats::{BusStats, CloseReport};
+use crate::subscriber::{Subscription, CURRENT_SUBSCRIBER};
+use crate::topic::{AnyTopic, TopicInner};
+
+/// What every topic of a bus shares (kept apart from the registry so topics do not keep it
+/// alive in a cycle).
+pub(crate) struct BusState {
+    /// Set once by `close`; publishes check it first.
+    pub(crate) closed: AtomicBool,
+    /// Cancelled by `close`: wakes publishers that wait for room or for the writer.
+    pub(crate) closing: CancellationToken,
+    pub(crate) capacity: usize,
+    pub(crate) spin: u32,
+    pub(crate) max_subscribers: usize,
+    pub(crate) stall_timeout: Option<Duration>,
+}
+
+/// Process-unique subscriber ids, so a handler's `close` recognises its own task whatever bus
+/// it closes.
+static NEXT_SUBSCRIBER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// FNV-1a: topic names are short and chosen by the program, so a fast hash beats SipHash.
+#[derive(Clone, Copy)]
+pub(crate) struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Shard = RwLock<HashMap<Arc<str>, Entry, BuildHasherDefault<Fnv>>>;
+
+/// A registered topic: the typed object (for downcasting) and its type-erased face.
+#[derive(Clone)]
+struct Entry {
+    typed: Arc<dyn Any + Send + Sync>,
+    erased: Arc<dyn AnyTopic>,
+}
+
+struct Inner {
+    state: Arc<BusState>,
+    shards: Box<[Shard]>,
+}
+
+/// The message bus: named topics, each carrying one message type, each with its own ring and
+/// its subscribers running as tokio tasks.
+///
+/// `Bus` is `Clone` (an `Arc` inside): clone it into every task that publishes.
+///
+/// # Guarantees
+///
+/// 1. **Order.** Each subscriber handles a topic's messages in the order their publishes
+///    completed.
+/// 2. **No loss.** A message whose publish returned `Ok` is handled by every subscriber that
+///    was subscribed when the publish began, across `unsubscribe` and `close`.
+/// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
+///    error gives the message back.
+/// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
+///    `try_publish` returns `Full(msg)`. A subscriber with a
+///    [stall timeout](SubscribeOptions::stall_timeout) is detached instead of holding
+///    publishers forever; no handler ever sees a slot being overwritten.
+/// 5. **Close drains.** See [`close`](Self::close).
+/// 6. **Failures stay local.** A handler's `Err` or panic is logged and counted; the
+///    subscriber goes on.
+/// 7. **Types are checked.** A topic carries one type; any other is an `Err` naming the topic
+///    and both types.
+/// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
+///    returned.
+/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`].
+/// 10. **Zero allocations** per publish and per delivery in the steady state.
+///
+/// # Examples
+///
+/// ```
+/// use ringbus::Bus;
+///
+/// #[derive(Debug)]
+/// struct Order { id: u64 }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ringbus::Error> {
+/// let bus = Bus::builder().capacity(1024).build();
+/// let _sub = bus.subscribe("orders", |order: &Order| {
+///     let id = order.id;
+///     async move { println!("order {id}") }
+/// })?;
+/// bus.publish("orders", Order { id: 1 }).await?;
+/// bus.close().await; // handles order 1 before returning
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+/// Configures a [`Bus`].
+#[derive(Clone, Debug)]
+pub struct BusBuilder {
+    capacity: usize,
+    shards: usize,
+    spin: u32,
+    max_subscribers: usize,
+    stall_timeout: Option<Duration>,
+}
+
+impl Default for BusBuilder {
+    fn default() -> Self {
+        Self {
+            capacity: 1024,
+            shards: 64,
+            spin: 16,
+            max_subscribers: 65_536,
+            stall_timeout: None,
+        }
+    }
+}
+
+impl BusBuilder {
+    /// Messages each topic holds before publishers wait (rounded up to a power of two;
+    /// default 1024). 0 makes topics unbuffered: a publish completes once every subscriber
+    /// has handled the message.
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Lock shards of the topic registry (default 64).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.max(1);
+        self
+    }
+
+    /// Polls a waiting subscriber or publisher makes before parking (default 16).
+    pub fn spin(mut self, iterations: u32) -> Self {
+        self.spin = iterations;
+        self
+    }
+
+    /// The most subscribers one topic admits (default 65,536).
+    pub fn max_subscribers(mut self, max: usize) -> Self {
+        self.max_subscribers = max;
+        self
+    }
+
+    /// A default stall timeout for every subscriber (see
+    /// [`SubscribeOptions::stall_timeout`]). Off by default: slow subscribers make
+    /// publishers wait.
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// Builds the bus. Needs no runtime (subscribing does).
+    pub fn build(self) -> Bus {
+        let state = Arc::new(BusState {
+            closed: AtomicBool::new(false),
+            closing: CancellationToken::new(),
+            capacity: self.capacity,
+            spin: self.spin,
+            max_subscribers: self.max_subscribers,
+            stall_timeout: self.stall_timeout,
+        });
+        let shards = (0..self.shards).map(|_| Shard::default()).collect();
+        Bus {
+            inner: Arc::new(Inner { state, shards }),
+        }
+    }
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Bus {
+    /// A bus with the default configuration.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// Configures a bus.
+    pub fn builder() -> BusBuilder {
+        BusBuilder::default()
+    }
+
+    fn shard(&self, name: &str) -> &Shard {
+        let mut h = Fnv::default();
+        h.write(name.as_bytes());
+        let shards = &self.inner.shards;
+        &shards[(h.finish() % shards.len() as u64) as usize]
+    }
+
+    /// Finds or makes the topic `name` for messages of type `T`.
+    fn resolve<T: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        capacity: Option<usize>,
+    ) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
+        let shard = self.shard(name);
+        {
+            let map = shard.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = map.get(name) {
+                return downcast(name, entry);
+            }
+        }
+        let mut map = shard.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get(name) {
+            return downcast(name, entry);
+        }
+        let name: Arc<str> = name.into();
+        let capacity = capacity.unwrap_or(self.inner.state.capacity);
+        let topic = Arc::new(TopicInner::<T>::new(
+            name.clone(),
+            capacity,
+            self.inner.state.clone(),
+        ));
+        tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
+        map.insert(
+            name,
+            Entry {
+                typed: topic.clone(),
+                erased: topic.clone(),
+            },
+        );
+        Ok(topic)
+    }
+
+    fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {
+        let mut all = Vec::new();
+        for shard in self.inner.shards.iter() {
+            let map = shard.read().unwrap_or_else(|e| e.into_inner());
+            all.extend(map.values().map(|e| e.erased.clone()));
+        }
+        all
+    }
+
+    /// A typed handle to the topic `name`, made if it does not exist yet: publishing through
+    /// it skips the lookup by name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TypeMismatch`] if the topic carries another type.
+    pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
+        self.resolve::<T>(name, None)
+            .map(|inner| Topic { inner })
+            .map_err(Error::TypeMismatch)
+    }
+
+    /// Publishes `msg` to `topic`, waiting while the slowest subscriber's queue is full.
+    ///
+    /// Returns once the message is in the topic: every current subscriber will handle it,
+    /// in order. The topic is made if it does not exist (with no subscriber, the message
+    /// reaches nobody).
+    ///
+    /// # Errors
+    ///
+    /// Each gives the message back: [`PublishError::Closed`] once the bus is closing,
+    /// [`PublishError::TypeMismatch`] if the topic carries another type.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the all-or-nothing sense: if the future is dropped before it
+    /// completes, no subscriber sees the message (it is dropped with the future).
+    pub async fn publish<T: Send + Sync + 'static>(
+        &self,
+        topic: &str,
+        msg: T,
+    ) -> Result<(), PublishError<T>> {
+        self.publish_with(&Context::new(), topic, msg).await
+    }
+
+    /// [`publish`](Self::publish) that gives up when `ctx` ends: `Err(Cancelled(msg))`, and no
+    /// subscriber sees the message.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`publish`](Self::publish).
+    pub async fn publish_with<T: Send + Sync + 'static>(
+        &self,
+        ctx: &Context,
+        topic: &str,
+        msg: T,
+    ) -> Result<(), PublishError<T>> {
+        match self.resolve::<T>(topic, None) {
+            Ok(t) => t.publish_with(ctx, msg).await,
+            Err(e) => Err(PublishError::TypeMismatch(msg, e)),
+        }
+    }
+
+    /// Publishes `msg` if there is room now; never waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish), plus [`PublishError::Full`] when the slowest
+    /// subscriber's queue is full.
+    pub fn try_publish<T: Send + Sync + 'static>(
+        &self,
+        topic: &str,
+        msg: T,
+    ) -> Result<(), PublishError<T>> {
+        match self.resolve::<T>(topic, None) {
+            Ok(t) => t.try_publish(msg),
+            Err(e) => Err(PublishError::TypeMismatch(msg, e)),
+        }
+    }
+
+    /// Publishes every message of `msgs`, in order, as few cursor stores as room allows.
+    /// Returns how many were published.
+    ///
+    /// # Errors
+    ///
+    /// The error carries the rest of the iterator: the messages not published (each message
+    /// is all or nothing; those before were published).
+    ///
+    /// # Cancel safety
+    ///
+    /// Messages published before the future was dropped stay published; the rest are dropped.
+    pub async fn publish_batch<T, I>(
+        &self,
+        topic: &str,
+        msgs: I,
+    ) -> Result<u64, PublishError<I::IntoIter>>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = T>,
+    {
+        match self.resolve::<T>(topic, None) {
+            Ok(t) => t.publish_batch(&Context::new(), msgs).await,
+            Err(e) => Err(PublishError::TypeMismatch(msgs.into_iter(), e)),
+        }
+    }
+
+    /// Runs `handler` for every message published to `topic` after this returns.
+    ///
+    /// The subscriber is a tokio task spawned on the current runtime. It gates publishers: a
+    /// slow handler makes `publish` wait (see
+    /// [`subscribe_with`](Self::subscribe_with) for a stall timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::TypeMismatch`],
+    /// [`Error::Closed`].
+    pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: Handler<T>,
+    {
+        self.subscribe_with(topic, SubscribeOptions::new(), handler)
+    }
+
+    /// [`subscribe`](Self::subscribe) with options (name, capacity, stall timeout).
+    pub fn subscribe_with<T, H>(
+        &self,
+        topic: &str,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: Handler<T>,
+    {
+        self.check_runtime()?;
+        let t = self
+            .resolve::<T>(topic, options.capacity)
+            .map_err(Error::TypeMismatch)?;
+        t.subscribe(options, handler)
+    }
+
+    /// Runs `handler` with everything available at once (a [`Batch`](crate::Batch) of two
+    /// slices) for the messages published to `topic` after this returns.
+    pub fn subscribe_batch<T, H>(
+        &self,
+        topic: &str,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: BatchHandler<T>,
+    {
+        self.check_runtime()?;
+        let t = self
+            .resolve::<T>(topic, options.capacity)
+            .map_err(Error::TypeMismatch)?;
+        t.subscribe_batch(options, handler)
+    }
+
+    /// Subscribes a handler that knows its topic and options, such as one made by
+    /// `#[subscriber]`.
+    pub fn register<S: Subscriber>(&self, subscriber: S) -> Result<Subscription, Error> {
+        subscriber.subscribe(self)
+    }
+
+    fn check_runtime(&self) -> Result<(), Error> {
+        tokio::runtime::Handle::try_current()
+            .map(|_| ())
+            .map_err(|_| Error::NoRuntime)
+    }
+
+    /// True once `close` has begun.
+    pub fn is_closed(&self) -> bool {
+        self.inner.state.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the bus and waits for the drain.
+    ///
+    /// From the first poll on, every publish returns `Closed(msg)` (publishers waiting for
+    /// room are released with their message). It returns once every accepted message has
+    /// been handled by every subscriber and every subscriber task has finished. Idempotent.
+    ///
+    /// Called from inside a handler, it does not wait for that handler's own subscriber
+    /// (which cannot finish while its handler waits); that subscriber drains after its
+    /// handler returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not reopen the bus: publishes keep failing with `Closed` and
+    /// the subscribers go on draining. Call `close` again to wait for them.
+    pub async fn close(&self) {
+        self.close_with(&Context::new()).await;
+    }
+
+    /// [`close`](Self::close) bounded by `ctx`: if it ends first, the subscribers still
+    /// running are aborted and the report says what each left unhandled.
+    pub async fn close_with(&self, ctx: &Context) -> CloseReport {
+        let state = &self.inner.state;
+        if !state.closed.swap(true, Ordering::AcqRel) {
+            tracing::debug!("ringbus closing");
+        }
+        state.closing.cancel();
+        let topics = self.topics();
+        let me = CURRENT_SUBSCRIBER.try_with(|id| *id).ok();
+        let drained = async {
+            for topic in &topics {
+                topic.close().await;
+            }
+            for topic in &topics {
+                for sub in topic.subscribers() {
+                    if Some(sub.id) != me {
+                        sub.done.cancelled().await;
+                    }
+                }
+            }
+        };
+        let complete = tokio::select! {
+            biased;
+            _ = drained => true,
+            _ = ctx.done() => false,
+        };
+        if complete {
+            return CloseReport {
+                complete: true,
+                unfinished: Vec::new(),
+            };
+        }
+        let mut unfinished = Vec::new();
+        for topic in &topics {
+            // The subscriber closing from its handler is neither reported nor aborted.
+            unfinished.extend(topic.unhandled(me));
+            for sub in topic.subscribers() {
+                if Some(sub.id) != me && !sub.done.is_cancelled() {
+                    if let Some(abort) = sub.abort.get() {
+                        abort.abort();
+                    }
+                }
+            }
+        }
+        tracing::warn!(
+            unfinished = unfinished.len(),
+            "ringbus close ended by its context before the drain finished"
+        );
+        CloseReport {
+            complete: false,
+            unfinished,
+        }
+    }
+
+    /// A snapshot of every topic's and subscriber's counters.
+    pub fn stats(&self) -> BusStats {
+        let mut topics: Vec<_> = self.topics().iter().map(|t| t.stats()).collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        BusStats {
+            topics,
+            closed: self.is_closed(),
+        }
+    }
+}
+
+pub(crate) fn next_subscriber_id() -> u64 {
+    NEXT_SUBSCRIBER_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+fn downcast<T: Send + Sync + 'static>(
+    name: &str,
+    entry: &Entry,
+) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
+    if entry.typed.as_ref().type_id() == TypeId::of::<TopicInner<T>>() {
+        if let Ok(topic) = entry.typed.clone().downcast::<TopicInner<T>>() {
+            return Ok(topic);
+        }
+    }
+    Err(TypeMismatch {
+        topic: name.into(),
+        expected: entry.erased.message_type(),
+        found: std::any::type_name::<T>(),
+    })
+}
+
+impl fmt::Debug for Bus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bus")
+            .field("topics", &self.topics().len())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A resolved, typed handle to one topic: publishing through it skips the lookup by name.
+///
+/// Made by [`Bus::topic`]; cheap to clone.
+pub struct Topic<T> {
+    inner: Arc<TopicInner<T>>,
+}
+
+impl<T> Clone for Topic<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Topic<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.inner, f)
+    }
+}
+
+impl<T: Send + Sync + 'static> Topic<T> {
+    /// The topic's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Messages published so far.
+    pub fn published(&self) -> u64 {
+        AnyTopic::published(&*self.inner)
+    }
+
+    /// As [`Bus::publish`], without the lookup.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::publish`].
+    pub async fn publish(&self, msg: T) -> Result<(), PublishError<T>> {
+        self.inner.publish_with(&Context::new(), msg).await
+    }
+
+    /// As [`Bus::publish_with`], without the lookup.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::publish`].
+    pub async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
+        self.inner.publish_with(ctx, msg).await
+    }
+
+    /// As [`Bus::try_publish`], without the lookup.
+    pub fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
+        self.inner.try_publish(msg)
+    }
+
+    /// As [`Bus::publish_batch`], without the lookup, bounded by `ctx`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::publish_batch`].
+    pub async fn publish_batch<I: IntoIterator<Item = T>>(
+        &self,
+        ctx: &Context,
+        msgs: I,
+    ) -> Result<u64, PublishError<I::IntoIter>> {
+        self.inner.publish_batch(ctx, msgs).await
+    }
+
+    /// As [`Bus::subscribe_with`], without the lookup.
+    pub fn subscribe<H: Handler<T>>(
+        &self,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error> {
+        self.inner.subscribe(options, handler)
+    }
+}

@@ -1,0 +1,120 @@
+//! `Context`: a deadline and/or a cancellation signal for a publish, as Go's `ctx`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// When a publish should give up: a deadline, a cancellation signal, both, or neither.
+///
+/// The counterpart of the `ctx` in Go's `Publish(ctx, ...)`. [`Context::new`] never cancels.
+/// A context built from a [`CancellationToken`] lets a service's existing shutdown tree cancel
+/// publishes. Dropping a publish future cancels it as well, without any context.
+///
+/// Deadlines use tokio's timer: a publish with a deadline must run on a runtime with time
+/// enabled (`#[tokio::main]` and `Builder::enable_all` do that).
+///
+/// ```
+/// use std::time::Duration;
+/// use ringbus::Context;
+/// use tokio_util::sync::CancellationToken;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let shutdown = CancellationToken::new();
+/// let ctx = Context::new()
+///     .with_timeout(Duration::from_millis(50))
+///     .with_cancellation(shutdown.child_token());
+/// assert!(!ctx.is_done());
+/// shutdown.cancel();
+/// assert!(ctx.is_done());
+/// # }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Context {
+    deadline: Option<Instant>,
+    token: Option<CancellationToken>,
+}
+
+impl Context {
+    /// A context that never ends.
+    pub const fn new() -> Self {
+        Self {
+            deadline: None,
+            token: None,
+        }
+    }
+
+    /// Ends `timeout` from now (or earlier, if it already had an earlier deadline).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime with time enabled (this reads tokio's clock, which may be
+    /// paused in tests).
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        let deadline = Instant::now().checked_add(timeout);
+        match deadline {
+            Some(d) => self.with_deadline(d),
+            None => self, // so far away it never comes
+        }
+    }
+
+    /// Ends at `deadline` (or earlier, if it already had an earlier deadline).
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(match self.deadline {
+            Some(d) => d.min(deadline),
+            None => deadline,
+        });
+        self
+    }
+
+    /// Ends when `token` is cancelled. A context holds one token; use
+    /// [`CancellationToken::child_token`] to tie it to a tree.
+    pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The deadline, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// True if the context never ends (no deadline, no token): publishes skip the select.
+    pub(crate) fn is_never(&self) -> bool {
+        self.deadline.is_none() && self.token.is_none()
+    }
+
+    /// True once the deadline has passed or the token is cancelled.
+    pub fn is_done(&self) -> bool {
+        self.token.as_ref().is_some_and(|t| t.is_cancelled())
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Completes when the context ends; never, for [`Context::new`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub fn done(&self) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            match (self.deadline, &self.token) {
+                (None, None) => std::future::pending().await,
+                (Some(d), None) => tokio::time::sleep_until(d).await,
+                (None, Some(t)) => t.cancelled().await,
+                (Some(d), Some(t)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(d) => {}
+                        _ = t.cancelled() => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl From<CancellationToken> for Context {
+    fn from(token: CancellationToken) -> Self {
+        Context::new().with_cancellation(token)
+    }
+}

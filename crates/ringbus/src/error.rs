@@ -1,0 +1,187 @@
+//! The bus's errors. Every error that refuses a message gives it back.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a publish did not happen. The message always comes back, and no subscriber saw it.
+///
+/// Its `Debug` does not require `T: Debug`.
+pub enum PublishError<T> {
+    /// The bus is closed (or closing): the message was not accepted.
+    Closed(T),
+    /// The publish's [`Context`](crate::Context) ended (deadline or cancellation) before the
+    /// message entered the topic.
+    Cancelled(T),
+    /// [`try_publish`](crate::Bus::try_publish) found the slowest subscriber's queue full.
+    Full(T),
+    /// The topic carries another message type.
+    TypeMismatch(T, TypeMismatch),
+}
+
+impl<T> PublishError<T> {
+    /// Takes the refused message back.
+    pub fn into_inner(self) -> T {
+        match self {
+            PublishError::Closed(m)
+            | PublishError::Cancelled(m)
+            | PublishError::Full(m)
+            | PublishError::TypeMismatch(m, _) => m,
+        }
+    }
+
+    /// The message, by reference.
+    pub fn message(&self) -> &T {
+        match self {
+            PublishError::Closed(m)
+            | PublishError::Cancelled(m)
+            | PublishError::Full(m)
+            | PublishError::TypeMismatch(m, _) => m,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            PublishError::Closed(_) => "Closed",
+            PublishError::Cancelled(_) => "Cancelled",
+            PublishError::Full(_) => "Full",
+            PublishError::TypeMismatch(..) => "TypeMismatch",
+        }
+    }
+}
+
+impl<T> fmt::Debug for PublishError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::TypeMismatch(_, e) => write!(f, "TypeMismatch(.., {e:?})"),
+            other => write!(f, "{}(..)", other.kind()),
+        }
+    }
+}
+
+impl<T> fmt::Display for PublishError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::Closed(_) => {
+                f.write_str("the bus is closed; the message was not published")
+            }
+            PublishError::Cancelled(_) => f.write_str(
+                "the publish was cancelled by its context; no subscriber got the message",
+            ),
+            PublishError::Full(_) => {
+                f.write_str("the topic is full (its slowest subscriber has a full queue)")
+            }
+            PublishError::TypeMismatch(_, e) => e.fmt(f),
+        }
+    }
+}
+
+impl<T> std::error::Error for PublishError<T> {}
+
+/// A topic was used with a message type other than the one it carries.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TypeMismatch {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The type the topic carries.
+    pub expected: &'static str,
+    /// The type it was used with.
+    pub found: &'static str,
+}
+
+impl fmt::Debug for TypeMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypeMismatch")
+            .field("topic", &&*self.topic)
+            .field("expected", &self.expected)
+            .field("found", &self.found)
+            .finish()
+    }
+}
+
+impl fmt::Display for TypeMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "topic \"{}\" carries `{}`, not `{}`",
+            self.topic, self.expected, self.found
+        )
+    }
+}
+
+impl std::error::Error for TypeMismatch {}
+
+/// Every error of the bus, without a message attached: what `?` turns a
+/// [`PublishError`] into, and what `subscribe`, `register` and `topic` return.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The bus is closed.
+    Closed,
+    /// A publish was cancelled by its context.
+    Cancelled,
+    /// A topic was full.
+    Full,
+    /// A topic was used with the wrong message type.
+    TypeMismatch(TypeMismatch),
+    /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
+    /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
+    NoRuntime,
+    /// A topic exists with another capacity than the one asked for.
+    CapacityMismatch {
+        /// The topic.
+        topic: Arc<str>,
+        /// Its capacity.
+        capacity: usize,
+        /// The capacity asked for.
+        requested: usize,
+    },
+    /// A topic already has the configured maximum of subscribers.
+    TooManySubscribers {
+        /// The topic.
+        topic: Arc<str>,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Closed => f.write_str("the bus is closed"),
+            Error::Cancelled => f.write_str("the publish was cancelled by its context"),
+            Error::Full => f.write_str("the topic is full"),
+            Error::TypeMismatch(e) => e.fmt(f),
+            Error::NoRuntime => f.write_str(
+                "no tokio runtime is reachable: subscribe from inside a tokio runtime \
+                 (#[tokio::main], a spawned task, or Runtime::enter)",
+            ),
+            Error::CapacityMismatch {
+                topic,
+                capacity,
+                requested,
+            } => write!(
+                f,
+                "topic \"{topic}\" already exists with capacity {capacity}, not {requested}"
+            ),
+            Error::TooManySubscribers { topic, max } => {
+                write!(
+                    f,
+                    "topic \"{topic}\" already has its maximum of {max} subscribers"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl<T> From<PublishError<T>> for Error {
+    fn from(e: PublishError<T>) -> Self {
+        match e {
+            PublishError::Closed(_) => Error::Closed,
+            PublishError::Cancelled(_) => Error::Cancelled,
+            PublishError::Full(_) => Error::Full,
+            PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
+        }
+    }
+}

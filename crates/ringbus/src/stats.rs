@@ -1,0 +1,72 @@
+//! Snapshots of the bus's counters, from [`Bus::stats`](crate::Bus::stats).
+
+/// Counters of the whole bus.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BusStats {
+    /// Every topic, sorted by name.
+    pub topics: Vec<TopicStats>,
+    /// True once `close` has begun.
+    pub closed: bool,
+}
+
+/// Counters of one topic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicStats {
+    /// The topic.
+    pub name: String,
+    /// The message type it carries.
+    pub message_type: &'static str,
+    /// Its capacity (0 for an unbuffered topic).
+    pub capacity: usize,
+    /// Messages published so far.
+    pub published: u64,
+    /// Its subscribers, finished ones included, in subscription order.
+    pub subscribers: Vec<SubscriberStats>,
+}
+
+/// Counters of one subscriber.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubscriberStats {
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// Messages handled (whatever the handler returned).
+    pub handled: u64,
+    /// Messages published for it and not yet handled.
+    pub lag: u64,
+    /// Handler calls that returned `Err`.
+    pub errors: u64,
+    /// Handler calls that panicked.
+    pub panics: u64,
+    /// Detached after a stall.
+    pub detached: bool,
+    /// Its task is still running.
+    pub running: bool,
+}
+
+/// What [`Bus::close_with`](crate::Bus::close_with) left unhandled when its context ended
+/// before the drain finished.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloseReport {
+    /// True when every accepted message was handled and every task finished.
+    pub complete: bool,
+    /// The subscribers that had not finished (their tasks were aborted).
+    pub unfinished: Vec<Unhandled>,
+}
+
+/// One subscriber left unfinished by a bounded close.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unhandled {
+    /// The topic.
+    pub topic: String,
+    /// The subscriber's name.
+    pub subscriber: String,
+    /// Messages it had not handled.
+    pub messages: u64,
+}

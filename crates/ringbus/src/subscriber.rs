@@ -1,0 +1,345 @@
+//! Subscriber tasks: wait for the next message, call the handler with `&T` read in place,
+//! release it, repeat. Plus [`Subscription`], the handle that unsubscribes.
+//!
+//! Each subscriber is one tokio task owning one ring [`Reader`]. Its state shared with the
+//! rest of the bus is a [`SubShared`]: counters that only the task writes (plain stores,
+//! read only by `stats()`), the unsubscribe request (`stop_at`, a position) with the waker
+//! that delivers it, and a token cancelled when the task has finished.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use futures_util::FutureExt;
+use ringbus_core::Reader;
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
+use crate::stats::SubscriberStats;
+use crate::topic::AnyTopic;
+
+tokio::task_local! {
+    /// The id of the subscriber whose task is running, so `close` called from inside a
+    /// handler does not wait for itself.
+    pub(crate) static CURRENT_SUBSCRIBER: u64;
+}
+
+/// No unsubscribe requested.
+const RUNNING: u64 = u64::MAX;
+
+pub(crate) struct SubShared {
+    pub(crate) id: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) topic: Arc<str>,
+    /// The ring position this subscriber started at.
+    pub(crate) start: u64,
+    /// Messages handled (successfully or not). Written only by the task.
+    pub(crate) handled: AtomicU64,
+    /// Handler calls that returned `Err`.
+    pub(crate) errors: AtomicU64,
+    /// Handler calls that panicked.
+    pub(crate) panics: AtomicU64,
+    /// Detached after a stall.
+    pub(crate) detached: AtomicBool,
+    /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
+    /// `unsubscribe`, Acquire load by the task.
+    stop_at: AtomicU64,
+    /// Wakes the task for `stop_at`.
+    waker: AtomicWaker,
+    /// Cancelled when the task has ended (for whatever reason).
+    pub(crate) done: CancellationToken,
+    /// Set right after spawning.
+    pub(crate) abort: OnceLock<AbortHandle>,
+    stall_timeout: Option<Duration>,
+}
+
+impl SubShared {
+    pub(crate) fn new(
+        id: u64,
+        name: Arc<str>,
+        topic: Arc<str>,
+        start: u64,
+        stall_timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            id,
+            name,
+            topic,
+            start,
+            handled: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            detached: AtomicBool::new(false),
+            stop_at: AtomicU64::new(RUNNING),
+            waker: AtomicWaker::new(),
+            done: CancellationToken::new(),
+            abort: OnceLock::new(),
+            stall_timeout,
+        }
+    }
+
+    /// Asks the task to stop once it reaches `position`.
+    pub(crate) fn stop_at(&self, position: u64) {
+        self.stop_at.fetch_min(position, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    pub(crate) fn position(&self) -> u64 {
+        self.start + self.handled.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
+        let detached = self.detached.load(Ordering::Relaxed);
+        SubscriberStats {
+            id: self.id,
+            name: self.name.to_string(),
+            handled: self.handled.load(Ordering::Relaxed),
+            lag: if detached || self.done.is_cancelled() {
+                0
+            } else {
+                published.saturating_sub(self.position())
+            },
+            errors: self.errors.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
+            detached,
+            running: !self.done.is_cancelled(),
+        }
+    }
+
+    fn record(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => {}
+            Outcome::Err(error) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    topic = %self.topic,
+                    subscriber = %self.name,
+                    %error,
+                    "ringbus handler returned an error; going on with the next message"
+                );
+            }
+            Outcome::Panic(message) => {
+                self.panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    topic = %self.topic,
+                    subscriber = %self.name,
+                    panic = %message,
+                    "ringbus handler panicked; going on with the next message"
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Debug for SubShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("id", &self.id)
+            .field("name", &&*self.name)
+            .field("topic", &&*self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Outcome {
+    Ok,
+    Err(HandlerError),
+    Panic(String),
+}
+
+/// Cancels `done` when the task ends, however it ends (returns, panics or is aborted).
+struct DoneGuard<'a>(&'a SubShared);
+
+impl Drop for DoneGuard<'_> {
+    fn drop(&mut self) {
+        self.0.done.cancel();
+    }
+}
+
+/// Waits until there is a message before the stop position (`true`), or the ring is closed
+/// and drained or the stop position is reached (`false`).
+async fn next<T>(reader: &mut Reader<T>, sub: &SubShared) -> bool {
+    poll_fn(|cx| {
+        if reader.position() >= sub.stop_at.load(Ordering::Acquire) {
+            return Poll::Ready(false);
+        }
+        match reader.poll_ready(cx) {
+            Poll::Ready(ready) => Poll::Ready(ready.is_ok()),
+            Poll::Pending => {
+                sub.waker.register(cx.waker());
+                // Registered before looking: an unsubscribe after this look wakes us.
+                if reader.position() >= sub.stop_at.load(Ordering::Acquire) {
+                    Poll::Ready(false)
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Runs one handler call: polled once inline (no timer for handlers that finish at once),
+/// then under the stall timeout, if any. Panics are caught. `None` means it stalled.
+async fn guarded<F>(call: F, stall: Option<Duration>) -> Option<Outcome>
+where
+    F: Future<Output = Result<(), HandlerError>>,
+{
+    let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
+    let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    let result = match first {
+        Poll::Ready(result) => result,
+        Poll::Pending => match stall {
+            None => call.await,
+            Some(timeout) => tokio::time::timeout(timeout, call).await.ok()?,
+        },
+    };
+    Some(match result {
+        Ok(Ok(())) => Outcome::Ok,
+        Ok(Err(e)) => Outcome::Err(e),
+        Err(panic) => Outcome::Panic(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic payload".to_string()),
+        ),
+    })
+}
+
+fn detach(sub: &SubShared) {
+    sub.detached.store(true, Ordering::Relaxed);
+    tracing::warn!(
+        topic = %sub.topic,
+        subscriber = %sub.name,
+        timeout = ?sub.stall_timeout,
+        "ringbus subscriber stalled past its stall timeout and was detached; \
+         publishers no longer wait for it"
+    );
+}
+
+/// The task of a one-message-at-a-time subscriber.
+pub(crate) async fn run<T, H>(mut reader: Reader<T>, handler: H, sub: Arc<SubShared>)
+where
+    T: Send + Sync + 'static,
+    H: Handler<T>,
+{
+    let _done = DoneGuard(&sub);
+    let mut handled = 0;
+    while next(&mut reader, &sub).await {
+        let Ok(message) = reader.try_recv() else {
+            continue;
+        };
+        let Some(outcome) = guarded(handler.call(&message), sub.stall_timeout).await else {
+            detach(&sub);
+            return; // dropping the reader releases our place in the ring
+        };
+        drop(message);
+        handled += 1;
+        sub.handled.store(handled, Ordering::Relaxed);
+        sub.record(outcome);
+    }
+}
+
+/// The task of a batch subscriber.
+pub(crate) async fn run_batch<T, H>(mut reader: Reader<T>, handler: H, sub: Arc<SubShared>)
+where
+    T: Send + Sync + 'static,
+    H: BatchHandler<T>,
+{
+    let _done = DoneGuard(&sub);
+    let mut handled = 0;
+    while next(&mut reader, &sub).await {
+        let limit = sub.stop_at.load(Ordering::Acquire) - reader.position();
+        let Ok(batch) = reader.try_recv_batch(limit.min(usize::MAX as u64) as usize) else {
+            continue;
+        };
+        let (first, second) = batch.as_slices();
+        let len = batch.len() as u64;
+        let call = handler.call(Batch { first, second });
+        let Some(outcome) = guarded(call, sub.stall_timeout).await else {
+            detach(&sub);
+            return;
+        };
+        drop(batch);
+        handled += len;
+        sub.handled.store(handled, Ordering::Relaxed);
+        sub.record(outcome);
+    }
+}
+
+/// A running subscriber.
+///
+/// Dropping it leaves the subscriber running until the bus closes (as dropping a tokio
+/// `JoinHandle` leaves its task running). [`unsubscribe`](Self::unsubscribe) stops it.
+#[must_use = "dropping a Subscription leaves the subscriber running until the bus closes"]
+pub struct Subscription {
+    pub(crate) sub: Arc<SubShared>,
+    pub(crate) topic: Arc<dyn AnyTopic>,
+    pub(crate) task: JoinHandle<()>,
+}
+
+impl Subscription {
+    /// The subscriber's id, unique within the process.
+    pub fn id(&self) -> u64 {
+        self.sub.id
+    }
+
+    /// The subscriber's name, as in logs and stats.
+    pub fn name(&self) -> &str {
+        &self.sub.name
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.sub.topic
+    }
+
+    /// A snapshot of this subscriber's counters.
+    pub fn stats(&self) -> SubscriberStats {
+        self.sub.stats(self.topic.published())
+    }
+
+    /// True once the subscriber's task has ended (unsubscribed, closed, or detached).
+    pub fn is_finished(&self) -> bool {
+        self.sub.done.is_cancelled()
+    }
+
+    /// Stops the subscriber: it handles every message that was published before this call,
+    /// then leaves the topic and its task ends. A publisher waiting for room because of this
+    /// subscriber is released as it works through (and then leaves) its queue.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the request is made when this is first polled; dropping the future only
+    /// stops waiting for the task to finish.
+    ///
+    /// Called from inside this subscriber's own handler, it makes the request and returns
+    /// without waiting (the task cannot end while it runs the handler that waits).
+    pub async fn unsubscribe(self) {
+        self.sub.stop_at(self.topic.published());
+        if CURRENT_SUBSCRIBER.try_with(|id| *id == self.sub.id) == Ok(true) {
+            return;
+        }
+        // Only the task's own panic would make this an error, and the task catches handler
+        // panics; an abort (bus close with a deadline) is an end like any other.
+        let _ = self.task.await;
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.sub.id)
+            .field("name", &&*self.sub.name)
+            .field("topic", &&*self.sub.topic)
+            .finish()
+    }
+}

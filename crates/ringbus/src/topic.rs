@@ -1,0 +1,360 @@
+//! One topic: one ring, its writer shared by publishers in turn, its subscribers.
+//!
+//! Publishers take turns at the ring's single [`Writer`] through an async mutex: the
+//! critical section is a room check, a slot write and a cursor store; a publisher that finds
+//! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
+//! and the publishers behind it wait parked on the mutex, not spinning.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use ringbus_core::{Builder, Full, Stage, Writer};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::bus::BusState;
+use crate::context::Context;
+use crate::error::{Error, PublishError};
+use crate::handler::{BatchHandler, Handler, SubscribeOptions};
+use crate::stats::{SubscriberStats, TopicStats, Unhandled};
+use crate::subscriber::{self, SubShared, Subscription, CURRENT_SUBSCRIBER};
+
+pub(crate) struct TopicInner<T> {
+    pub(crate) name: Arc<str>,
+    /// The capacity asked for; 0 makes the topic unbuffered (a ring of one slot, and a
+    /// publish waits until every subscriber has handled its message).
+    capacity: usize,
+    /// `None` once the bus closed this topic.
+    writer: AsyncMutex<Option<Writer<T>>>,
+    stage: Stage<T>,
+    subscribers: Mutex<Vec<Arc<SubShared>>>,
+    state: Arc<BusState>,
+}
+
+/// The type-erased face of a topic, for the registry, `stats` and `close`.
+pub(crate) trait AnyTopic: Send + Sync + 'static {
+    fn message_type(&self) -> &'static str;
+    fn published(&self) -> u64;
+    fn subscribers(&self) -> Vec<Arc<SubShared>>;
+    fn stats(&self) -> TopicStats;
+    /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
+    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+    /// Subscribers still running (except `except`) and what they have not handled.
+    fn unhandled(&self, except: Option<u64>) -> Vec<Unhandled>;
+}
+
+impl<T: Send + Sync + 'static> TopicInner<T> {
+    pub(crate) fn new(name: Arc<str>, capacity: usize, state: Arc<BusState>) -> Self {
+        let (writer, stage) = Builder::new(capacity.max(1))
+            .spin(state.spin)
+            .max_readers(state.max_subscribers)
+            .build_lazy();
+        Self {
+            name,
+            capacity,
+            writer: AsyncMutex::new(Some(writer)),
+            stage,
+            subscribers: Mutex::new(Vec::new()),
+            state,
+        }
+    }
+
+    fn is_unbuffered(&self) -> bool {
+        self.capacity == 0
+    }
+
+    pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
+        if self.state.closed.load(Ordering::Acquire) {
+            return Err(PublishError::Closed(msg));
+        }
+        let mut guard = if ctx.is_never() {
+            self.writer.lock().await
+        } else {
+            if ctx.is_done() {
+                return Err(PublishError::Cancelled(msg));
+            }
+            tokio::select! {
+                biased;
+                guard = self.writer.lock() => guard,
+                _ = ctx.done() => return Err(PublishError::Cancelled(msg)),
+            }
+        };
+        let Some(writer) = guard.as_mut() else {
+            return Err(PublishError::Closed(msg));
+        };
+        let mut msg = msg;
+        loop {
+            if self.state.closed.load(Ordering::Acquire) {
+                *guard = None; // closing: the ring is done with publishers
+                return Err(PublishError::Closed(msg));
+            }
+            match writer.try_publish(msg) {
+                Ok(()) => break,
+                Err(Full(back)) => msg = back,
+            }
+            // Full: wait for room (or the end of the context, or the close).
+            match self.wait_room(writer, ctx).await {
+                Wait::Room => {}
+                Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
+                Wait::Closed => {
+                    *guard = None;
+                    return Err(PublishError::Closed(msg));
+                }
+            }
+        }
+        if self.is_unbuffered() {
+            // The message is in: wait until every subscriber has handled it (its one slot is
+            // free again). Not cancellable by the context: the message will be handled, so
+            // the publish has happened. A close stops the wait (the drain handles it).
+            tokio::select! {
+                biased;
+                _ = self.state.closing.cancelled() => {}
+                _ = writer.ready(1) => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
+        if self.state.closed.load(Ordering::Acquire) {
+            return Err(PublishError::Closed(msg));
+        }
+        // Another publisher holds the writer only for a few instructions, unless it waits
+        // for room, in which case the topic is full: try a few times, then say so.
+        let mut guard = None;
+        for _ in 0..64 {
+            if let Ok(g) = self.writer.try_lock() {
+                guard = Some(g);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let Some(mut guard) = guard else {
+            return Err(PublishError::Full(msg));
+        };
+        let Some(writer) = guard.as_mut() else {
+            return Err(PublishError::Closed(msg));
+        };
+        writer
+            .try_publish(msg)
+            .map_err(|Full(m)| PublishError::Full(m))
+    }
+
+    pub(crate) async fn publish_batch<I>(
+        &self,
+        ctx: &Context,
+        msgs: I,
+    ) -> Result<u64, PublishError<I::IntoIter>>
+    where
+        I: IntoIterator<Item = T>,
+    {
+        let mut msgs = msgs.into_iter();
+        if self.is_unbuffered() {
+            let mut n = 0;
+            for msg in msgs.by_ref() {
+                if let Err(e) = self.publish_with(ctx, msg).await {
+                    return Err(rewrap(e, msgs));
+                }
+                n += 1;
+            }
+            return Ok(n);
+        }
+        if self.state.closed.load(Ordering::Acquire) {
+            return Err(PublishError::Closed(msgs));
+        }
+        let mut guard = tokio::select! {
+            biased;
+            guard = self.writer.lock() => guard,
+            _ = ctx.done() => return Err(PublishError::Cancelled(msgs)),
+        };
+        let Some(writer) = guard.as_mut() else {
+            return Err(PublishError::Closed(msgs));
+        };
+        let mut total = 0;
+        loop {
+            if self.state.closed.load(Ordering::Acquire) {
+                *guard = None;
+                return Err(PublishError::Closed(msgs));
+            }
+            let room = writer.remaining() as u64;
+            if room > 0 {
+                // Takes at most `room` messages from the iterator, with one cursor store.
+                let n = writer.try_publish_batch(&mut msgs);
+                total += n;
+                if n < room {
+                    return Ok(total); // the iterator ran dry
+                }
+                continue;
+            }
+            match self.wait_room(writer, ctx).await {
+                Wait::Room => {}
+                Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
+                Wait::Closed => {
+                    *guard = None;
+                    return Err(PublishError::Closed(msgs));
+                }
+            }
+        }
+    }
+
+    /// Waits for room in the ring, the end of `ctx`, or the bus closing.
+    async fn wait_room(&self, writer: &mut Writer<T>, ctx: &Context) -> Wait {
+        tokio::select! {
+            biased;
+            _ = self.state.closing.cancelled() => Wait::Closed,
+            _ = ctx.done() => Wait::Cancelled,
+            _ = writer.ready(1) => Wait::Room,
+        }
+    }
+
+    pub(crate) fn subscribe<H: Handler<T>>(
+        self: &Arc<Self>,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error> {
+        self.spawn(options, move |reader, sub| {
+            subscriber::run(reader, handler, sub)
+        })
+    }
+
+    pub(crate) fn subscribe_batch<H: BatchHandler<T>>(
+        self: &Arc<Self>,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error> {
+        self.spawn(options, move |reader, sub| {
+            subscriber::run_batch(reader, handler, sub)
+        })
+    }
+
+    fn spawn<F, Fut>(
+        self: &Arc<Self>,
+        options: SubscribeOptions,
+        task: F,
+    ) -> Result<Subscription, Error>
+    where
+        F: FnOnce(ringbus_core::Reader<T>, Arc<SubShared>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        if let Some(requested) = options.capacity {
+            if requested != self.capacity {
+                return Err(Error::CapacityMismatch {
+                    topic: self.name.clone(),
+                    capacity: self.capacity,
+                    requested,
+                });
+            }
+        }
+        if self.state.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
+            topic: self.name.clone(),
+            max: self.state.max_subscribers,
+        })?;
+        let id = crate::bus::next_subscriber_id();
+        let name: Arc<str> = match options.name {
+            Some(name) => name.into(),
+            None => format!("{}#{id}", self.name).into(),
+        };
+        let sub = Arc::new(SubShared::new(
+            id,
+            name,
+            self.name.clone(),
+            reader.position(),
+            options.stall_timeout.or(self.state.stall_timeout),
+        ));
+        self.lock_subscribers().push(sub.clone());
+        let handle = runtime.spawn(CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())));
+        let _ = sub.abort.set(handle.abort_handle());
+        tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
+        Ok(Subscription {
+            sub,
+            topic: self.clone(),
+            task: handle,
+        })
+    }
+
+    fn lock_subscribers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SubShared>>> {
+        // The list is only pushed to and cloned; a panic cannot leave it inconsistent.
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+enum Wait {
+    Room,
+    Cancelled,
+    Closed,
+}
+
+/// Puts a refused message back in front of the rest of a batch's iterator.
+fn rewrap<T, I: Iterator<Item = T>>(e: PublishError<T>, rest: I) -> PublishError<I> {
+    // The iterator type must stay `I`: the refused message is dropped here, and the error
+    // says so in the docs of `publish_batch` (everything from it on was not published).
+    match e {
+        PublishError::Closed(_) => PublishError::Closed(rest),
+        PublishError::Cancelled(_) => PublishError::Cancelled(rest),
+        PublishError::Full(_) => PublishError::Full(rest),
+        PublishError::TypeMismatch(_, t) => PublishError::TypeMismatch(rest, t),
+    }
+}
+
+impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
+    fn message_type(&self) -> &'static str {
+        std::any::type_name::<T>()
+    }
+
+    fn published(&self) -> u64 {
+        self.stage.published()
+    }
+
+    fn subscribers(&self) -> Vec<Arc<SubShared>> {
+        self.lock_subscribers().clone()
+    }
+
+    fn stats(&self) -> TopicStats {
+        let published = self.published();
+        TopicStats {
+            name: self.name.to_string(),
+            message_type: self.message_type(),
+            capacity: self.capacity,
+            published,
+            subscribers: self
+                .subscribers()
+                .iter()
+                .map(|s| s.stats(published))
+                .collect::<Vec<SubscriberStats>>(),
+        }
+    }
+
+    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            // Publishers waiting for room see `closing` and let go of the writer at once.
+            *self.writer.lock().await = None;
+        })
+    }
+
+    fn unhandled(&self, except: Option<u64>) -> Vec<Unhandled> {
+        let published = self.published();
+        self.subscribers()
+            .iter()
+            .filter(|s| !s.done.is_cancelled() && Some(s.id) != except)
+            .map(|s| Unhandled {
+                topic: self.name.to_string(),
+                subscriber: s.name.to_string(),
+                messages: published.saturating_sub(s.position()),
+            })
+            .collect()
+    }
+}
+
+impl<T> fmt::Debug for TopicInner<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topic")
+            .field("name", &&*self.name)
+            .field("type", &std::any::type_name::<T>())
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
