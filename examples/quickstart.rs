@@ -58,7 +58,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let names = ["journal, single", "journal, batched", "logic (stage 2)"];
         for (name, handle) in names.iter().zip(readers) {
             let (count, sum) = handle.await?;
-            println!("{name:<18} read {count} items (sum ok: {})", sum == expected);
+            println!(
+                "{name:<18} read {count} items (sum ok: {})",
+                sum == expected
+            );
             if count != ITEMS || sum != expected {
                 return Err(format!("{name} lost items: {count} of {ITEMS}").into());
             }
