@@ -1,3 +1,40 @@
-//! Procedural macros for [ringbus](https://docs.rs/ringbus).
+//! Procedural macros for [ringbus](https://docs.rs/ringbus): `#[subscriber]`.
 //!
-//! `#[subscriber("topic")]` arrives with the bus; this crate is its home.
+//! Use them through `ringbus` (`use ringbus::subscriber;`), which re-exports them.
+
+use proc_macro::TokenStream;
+
+mod attr;
+mod expand;
+
+/// Turns an `async fn` taking a message by reference into a handler that
+/// [`Bus::register`](https://docs.rs/ringbus/latest/ringbus/struct.Bus.html#method.register)
+/// accepts.
+///
+/// ```ignore
+/// #[subscriber("orders")]
+/// async fn audit(order: &Order) { tracing::info!(id = order.id, "audited"); }
+///
+/// #[subscriber("orders", publish("receipts"), name = "billing", stall_timeout = "5s")]
+/// async fn bill(order: &Order, db: State<Db>) -> Result<Receipt, BillingError> { /* ... */ }
+///
+/// bus.register(audit)?;
+/// bus.register(bill)?;
+/// ```
+///
+/// The function becomes a unit struct of the same name that implements `ringbus::Subscriber`.
+///
+/// - The first parameter is the message: `&T` (read in place, the fast form), `T` when
+///   `T: Clone` (cloned per delivery, slower), or `Batch<'_, T>` with the `batch` argument.
+/// - Further parameters are `State<S>`, filled from `Bus::builder().state(..)`; registering a
+///   handler whose state was never registered is an `Err` at `register`.
+/// - The return type is `()`, `Result<(), E>`, or with `publish("topic")` any `R` or
+///   `Result<R, E>`, whose `R` is published to that topic. An `Err` is logged and counted.
+///
+/// Arguments, after the topic (a string literal or a `const`): `publish("topic")`,
+/// `name = "..."`, `capacity = N`, `stall_timeout = "500ms"` (or any `Duration` expression),
+/// `batch`, `crate = "path"` (where `ringbus` is re-exported under another path).
+#[proc_macro_attribute]
+pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::subscriber(args.into(), item.into()).into()
+}

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::error::{Error, PublishError, TypeMismatch};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
+use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport};
 use crate::subscriber::{Subscription, CURRENT_SUBSCRIBER};
 use crate::topic::{AnyTopic, TopicInner};
@@ -71,6 +72,8 @@ struct Entry {
 struct Inner {
     state: Arc<BusState>,
     shards: Box<[Shard]>,
+    /// Values for `State<S>` handler parameters.
+    states: States,
 }
 
 /// The message bus: named topics, each carrying one message type, each with its own ring and
@@ -125,8 +128,9 @@ pub struct Bus {
 }
 
 /// Configures a [`Bus`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct BusBuilder {
+    states: States,
     capacity: usize,
     shards: usize,
     spin: u32,
@@ -137,6 +141,7 @@ pub struct BusBuilder {
 impl Default for BusBuilder {
     fn default() -> Self {
         Self {
+            states: States::default(),
             capacity: 1024,
             shards: 64,
             spin: 16,
@@ -181,6 +186,13 @@ impl BusBuilder {
         self
     }
 
+    /// Registers a shared value for handlers that take a [`State<S>`](crate::State) parameter
+    /// (one value per type; a second call for the same type replaces the first).
+    pub fn state<S: Send + Sync + 'static>(mut self, value: S) -> Self {
+        self.states.insert(value);
+        self
+    }
+
     /// Builds the bus. Needs no runtime (subscribing does).
     pub fn build(self) -> Bus {
         let state = Arc::new(BusState {
@@ -193,8 +205,25 @@ impl BusBuilder {
         });
         let shards = (0..self.shards).map(|_| Shard::default()).collect();
         Bus {
-            inner: Arc::new(Inner { state, shards }),
+            inner: Arc::new(Inner {
+                state,
+                shards,
+                states: self.states,
+            }),
         }
+    }
+}
+
+impl fmt::Debug for BusBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BusBuilder")
+            .field("capacity", &self.capacity)
+            .field("shards", &self.shards)
+            .field("spin", &self.spin)
+            .field("max_subscribers", &self.max_subscribers)
+            .field("stall_timeout", &self.stall_timeout)
+            .field("states", &self.states.len())
+            .finish()
     }
 }
 
@@ -421,6 +450,11 @@ impl Bus {
     /// `#[subscriber]`.
     pub fn register<S: Subscriber>(&self, subscriber: S) -> Result<Subscription, Error> {
         subscriber.subscribe(self)
+    }
+
+    /// The shared value of type `S` registered with [`BusBuilder::state`], if any.
+    pub fn state<S: Send + Sync + 'static>(&self) -> Option<State<S>> {
+        self.inner.states.get::<S>()
     }
 
     fn check_runtime(&self) -> Result<(), Error> {

@@ -135,6 +135,13 @@ pub enum Error {
         /// The capacity asked for.
         requested: usize,
     },
+    /// A handler takes a `State<S>` that was never registered on the bus builder.
+    MissingState {
+        /// The subscriber.
+        subscriber: String,
+        /// The state type it asked for.
+        state: &'static str,
+    },
     /// A topic already has the configured maximum of subscribers.
     TooManySubscribers {
         /// The topic.
@@ -162,6 +169,11 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "topic \"{topic}\" already exists with capacity {capacity}, not {requested}"
+            ),
+            Error::MissingState { subscriber, state } => write!(
+                f,
+                "subscriber \"{subscriber}\" takes a State<{state}>, but no `{state}` was \
+                 registered: add `.state(value)` to Bus::builder()"
             ),
             Error::TooManySubscribers { topic, max } => {
                 write!(

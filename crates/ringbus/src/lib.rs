@@ -53,6 +53,7 @@ mod bus;
 mod context;
 mod error;
 mod handler;
+mod state;
 mod stats;
 mod subscriber;
 mod topic;
@@ -64,6 +65,37 @@ pub use handler::{
     Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
 };
 pub use ringbus_core as ring;
+pub use ringbus_macros::subscriber;
+pub use state::State;
 pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
 pub use subscriber::Subscription;
 pub use tokio_util::sync::CancellationToken;
+
+/// Used by the code `#[subscriber]` generates; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use std::future::Future;
+
+    use crate::{Bus, Error, HandlerError, State, Topic};
+
+    /// Publishes a handler's return value to its `publish("...")` topic.
+    pub async fn forward<R: Send + Sync + 'static>(
+        topic: &Topic<R>,
+        value: R,
+    ) -> Result<(), HandlerError> {
+        topic.publish(value).await.map_err(|e| {
+            HandlerError::new(format!(
+                "could not publish the result to \"{}\": {e}",
+                topic.name()
+            ))
+        })
+    }
+
+    /// The `State<S>` a handler asks for, or the error that says how to register it.
+    pub fn state<S: Send + Sync + 'static>(bus: &Bus, subscriber: &str) -> Result<State<S>, Error> {
+        bus.state::<S>().ok_or_else(|| Error::MissingState {
+            subscriber: subscriber.to_string(),
+            state: std::any::type_name::<S>(),
+        })
+    }
+}

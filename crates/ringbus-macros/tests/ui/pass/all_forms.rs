@@ -1,0 +1,76 @@
+//! Every accepted form of `#[subscriber]`, registered on a real bus and run.
+
+use ringbus::{subscriber, Batch, Bus, State};
+
+#[derive(Debug, Clone)]
+struct Order {
+    id: u64,
+}
+
+#[derive(Debug)]
+struct Receipt {
+    order: u64,
+}
+
+struct Db {
+    prefix: &'static str,
+}
+
+#[derive(Debug)]
+struct BillingError;
+
+impl std::fmt::Display for BillingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("billing failed")
+    }
+}
+
+const ORDERS: &str = "orders";
+
+/// Reads the order in place.
+#[subscriber("orders")]
+async fn audit(order: &Order) {
+    assert!(order.id > 0);
+}
+
+#[subscriber(ORDERS, publish("receipts"), name = "billing", capacity = 64, stall_timeout = "5s")]
+async fn bill(order: &Order, db: State<Db>) -> Result<Receipt, BillingError> {
+    if db.prefix.is_empty() {
+        return Err(BillingError);
+    }
+    Ok(Receipt { order: order.id })
+}
+
+#[subscriber("orders", publish("copies"))]
+async fn copy(order: Order) -> Order {
+    order
+}
+
+#[subscriber("receipts", batch)]
+async fn receipts(batch: Batch<'_, Receipt>) -> Result<(), BillingError> {
+    assert!(batch.iter().all(|r| r.order > 0));
+    Ok(())
+}
+
+#[subscriber("orders", crate = "::ringbus", stall_timeout = std::time::Duration::from_millis(10))]
+async fn with_path(_order: &Order) {}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).state(Db { prefix: "r" }).build();
+        let _ = bus.register(audit).unwrap();
+        let _ = bus.register(bill).unwrap();
+        let _ = bus.register(copy).unwrap();
+        let _ = bus.register(receipts).unwrap();
+        let _ = bus.register(with_path).unwrap();
+        bus.publish("orders", Order { id: 1 }).await.unwrap();
+        bus.close().await;
+        let stats = bus.stats();
+        let topic = stats.topics.iter().find(|t| t.name == "receipts").unwrap();
+        assert_eq!(topic.published, 1);
+    });
+}
