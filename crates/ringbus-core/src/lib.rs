@@ -73,6 +73,24 @@ pub use reader::{Batch, ReadGuard, Reader, Recv, RecvBatch};
 pub use stage::Stage;
 pub use writer::{Ready, Reservation, Writer};
 
+/// The asymmetric fence pair this crate parks with, for layers built on it (the bus uses it
+/// for its close protocol). Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    /// The cheap half: a compiler fence where the process has `membarrier(2)`, else a full
+    /// fence. Pairs with [`heavy_fence`] run by another thread.
+    #[inline(always)]
+    pub fn light_fence() {
+        crate::sync::light_fence();
+    }
+
+    /// The expensive half: a process-wide barrier (or a full fence).
+    pub fn heavy_fence() {
+        crate::sync::init_fences();
+        crate::sync::heavy_fence();
+    }
+}
+
 /// Configures and builds a ring.
 ///
 /// ```

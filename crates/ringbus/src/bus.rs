@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
@@ -26,6 +27,11 @@ pub(crate) struct BusState {
     pub(crate) closed: AtomicBool,
     /// Cancelled by `close`: wakes publishers that wait for room or for the writer.
     pub(crate) closing: CancellationToken,
+    /// Set while `close` waits for the subscribers to catch up; subscribers then notify
+    /// `progress` after each message. Read (Relaxed, after the light fence) by subscribers.
+    pub(crate) close_waiting: AtomicBool,
+    /// Notified by subscribers while `close_waiting` is set.
+    pub(crate) progress: Notify,
     pub(crate) capacity: usize,
     pub(crate) spin: u32,
     pub(crate) max_subscribers: usize,
@@ -138,6 +144,27 @@ pub struct BusBuilder {
     stall_timeout: Option<Duration>,
 }
 
+impl BusState {
+    /// Called by a subscriber after it handled a message (or ended): wakes `close` if it is
+    /// waiting for the subscribers to catch up.
+    #[inline]
+    pub(crate) fn progressed(&self) {
+        // Pairs with the heavy fence in `close_with`: either we see `close_waiting`, or close
+        // sees the position we stored before this.
+        ringbus_core::__private::light_fence();
+        if self.close_waiting.load(Ordering::Relaxed) {
+            self.progress.notify_waiters();
+        }
+    }
+
+    /// True when publishes from here are refused: the bus is closing and this is not a
+    /// handler (handlers may still publish while the bus drains, so chains of topics finish).
+    #[inline]
+    pub(crate) fn refuses(&self) -> bool {
+        self.closed.load(Ordering::Acquire) && CURRENT_SUBSCRIBER.try_with(|_| ()).is_err()
+    }
+}
+
 impl Default for BusBuilder {
     fn default() -> Self {
         Self {
@@ -198,6 +225,8 @@ impl BusBuilder {
         let state = Arc::new(BusState {
             closed: AtomicBool::new(false),
             closing: CancellationToken::new(),
+            close_waiting: AtomicBool::new(false),
+            progress: Notify::new(),
             capacity: self.capacity,
             spin: self.spin,
             max_subscribers: self.max_subscribers,
@@ -470,9 +499,12 @@ impl Bus {
 
     /// Closes the bus and waits for the drain.
     ///
-    /// From the first poll on, every publish returns `Closed(msg)` (publishers waiting for
-    /// room are released with their message). It returns once every accepted message has
-    /// been handled by every subscriber and every subscriber task has finished. Idempotent.
+    /// From the first poll on, every publish from outside the handlers returns
+    /// `Closed(msg)` (publishers waiting for room are released with their message). Handlers
+    /// may still publish while the bus drains, so a chain of topics (a handler publishing its
+    /// result, as `#[subscriber(.., publish(..))]` does) runs to its end. `close` returns once
+    /// every accepted message has been handled by every subscriber and every subscriber task
+    /// has finished. Idempotent.
     ///
     /// Called from inside a handler, it does not wait for that handler's own subscriber
     /// (which cannot finish while its handler waits); that subscriber drains after its
@@ -480,26 +512,46 @@ impl Bus {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future does not reopen the bus: publishes keep failing with `Closed` and
-    /// the subscribers go on draining. Call `close` again to wait for them.
+    /// Dropping the future does not reopen the bus: publishes from outside keep failing with
+    /// `Closed`. Call `close` again to finish the drain.
     pub async fn close(&self) {
         self.close_with(&Context::new()).await;
     }
 
     /// [`close`](Self::close) bounded by `ctx`: if it ends first, the subscribers still
     /// running are aborted and the report says what each left unhandled.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`close`](Self::close).
     pub async fn close_with(&self, ctx: &Context) -> CloseReport {
         let state = &self.inner.state;
         if !state.closed.swap(true, Ordering::AcqRel) {
             tracing::debug!("ringbus closing");
         }
         state.closing.cancel();
-        let topics = self.topics();
         let me = CURRENT_SUBSCRIBER.try_with(|id| *id).ok();
         let drained = async {
+            // 1. Wait until every subscriber has caught up with its topic and none is in a
+            //    handler (which could still publish): nothing is in flight any more.
+            state.close_waiting.store(true, Ordering::Relaxed);
+            loop {
+                let progress = state.progress.notified();
+                let mut progress = std::pin::pin!(progress);
+                progress.as_mut().enable();
+                // Pairs with the light fence in `BusState::progressed`.
+                ringbus_core::__private::heavy_fence();
+                if self.quiescent(me) {
+                    break;
+                }
+                progress.await;
+            }
+            // 2. Close every ring: the subscribers read what is left, then end.
+            let topics = self.topics();
             for topic in &topics {
                 topic.close().await;
             }
+            // 3. Wait for every subscriber task.
             for topic in &topics {
                 for sub in topic.subscribers() {
                     if Some(sub.id) != me {
@@ -519,6 +571,7 @@ impl Bus {
                 unfinished: Vec::new(),
             };
         }
+        let topics = self.topics();
         let mut unfinished = Vec::new();
         for topic in &topics {
             // The subscriber closing from its handler is neither reported nor aborted.
@@ -531,6 +584,9 @@ impl Bus {
                 }
             }
         }
+        for topic in &topics {
+            topic.close().await;
+        }
         tracing::warn!(
             unfinished = unfinished.len(),
             "ringbus close ended by its context before the drain finished"
@@ -539,6 +595,24 @@ impl Bus {
             complete: false,
             unfinished,
         }
+    }
+
+    /// True when every running subscriber (but `except`) has handled everything published
+    /// to its topic, so none is in a handler, and nothing was published meanwhile.
+    ///
+    /// One pass is not enough: a handler of a topic checked later may publish to a topic
+    /// checked earlier and then finish. Any such publish changes the counts, so the pass
+    /// counts only if the counts did not move across it.
+    fn quiescent(&self, except: Option<u64>) -> bool {
+        let topics = self.topics();
+        let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();
+        let caught_up = topics.iter().zip(&before).all(|(topic, &published)| {
+            topic.subscribers().iter().all(|sub| {
+                Some(sub.id) == except || sub.done.is_cancelled() || sub.position() >= published
+            })
+        });
+        let after: Vec<u64> = self.topics().iter().map(|t| t.published()).collect();
+        caught_up && before == after
     }
 
     /// A snapshot of every topic's and subscriber's counters.

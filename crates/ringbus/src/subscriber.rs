@@ -21,6 +21,7 @@ use ringbus_core::Reader;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::BusState;
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
 use crate::stats::SubscriberStats;
 use crate::topic::AnyTopic;
@@ -35,6 +36,8 @@ tokio::task_local! {
 const RUNNING: u64 = u64::MAX;
 
 pub(crate) struct SubShared {
+    /// The bus, for `BusState::progressed`.
+    bus: Arc<BusState>,
     pub(crate) id: u64,
     pub(crate) name: Arc<str>,
     pub(crate) topic: Arc<str>,
@@ -62,6 +65,7 @@ pub(crate) struct SubShared {
 
 impl SubShared {
     pub(crate) fn new(
+        bus: Arc<BusState>,
         id: u64,
         name: Arc<str>,
         topic: Arc<str>,
@@ -69,6 +73,7 @@ impl SubShared {
         stall_timeout: Option<Duration>,
     ) -> Self {
         Self {
+            bus,
             id,
             name,
             topic,
@@ -160,6 +165,7 @@ struct DoneGuard<'a>(&'a SubShared);
 impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
         self.0.done.cancel();
+        self.0.bus.progressed();
     }
 }
 
@@ -245,6 +251,7 @@ where
         handled += 1;
         sub.handled.store(handled, Ordering::Relaxed);
         sub.record(outcome);
+        sub.bus.progressed();
     }
 }
 
@@ -272,6 +279,7 @@ where
         handled += len;
         sub.handled.store(handled, Ordering::Relaxed);
         sub.record(outcome);
+        sub.bus.progressed();
     }
 }
 

@@ -6,7 +6,6 @@
 //! and the publishers behind it wait parked on the mutex, not spinning.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use ringbus_core::{Builder, Full, Stage, Writer};
@@ -64,7 +63,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
         let mut guard = if ctx.is_never() {
@@ -84,8 +83,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         };
         let mut msg = msg;
         loop {
-            if self.state.closed.load(Ordering::Acquire) {
-                *guard = None; // closing: the ring is done with publishers
+            if self.state.refuses() {
                 return Err(PublishError::Closed(msg));
             }
             match writer.try_publish(msg) {
@@ -96,10 +94,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             match self.wait_room(writer, ctx).await {
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
-                Wait::Closed => {
-                    *guard = None;
-                    return Err(PublishError::Closed(msg));
-                }
+                Wait::Closed => return Err(PublishError::Closed(msg)),
             }
         }
         if self.is_unbuffered() {
@@ -116,7 +111,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
         // Another publisher holds the writer only for a few instructions, unless it waits
@@ -159,7 +154,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
             return Ok(n);
         }
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.state.refuses() {
             return Err(PublishError::Closed(msgs));
         }
         let mut guard = tokio::select! {
@@ -172,8 +167,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         };
         let mut total = 0;
         loop {
-            if self.state.closed.load(Ordering::Acquire) {
-                *guard = None;
+            if self.state.refuses() {
                 return Err(PublishError::Closed(msgs));
             }
             let room = writer.remaining() as u64;
@@ -189,19 +183,23 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             match self.wait_room(writer, ctx).await {
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
-                Wait::Closed => {
-                    *guard = None;
-                    return Err(PublishError::Closed(msgs));
-                }
+                Wait::Closed => return Err(PublishError::Closed(msgs)),
             }
         }
     }
 
-    /// Waits for room in the ring, the end of `ctx`, or the bus closing.
+    /// Waits for room in the ring, the end of `ctx`, or the bus closing (which only stops
+    /// publishers from outside the handlers: see `BusState::refuses`).
     async fn wait_room(&self, writer: &mut Writer<T>, ctx: &Context) -> Wait {
+        let refused = async {
+            self.state.closing.cancelled().await;
+            if !self.state.refuses() {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             biased;
-            _ = self.state.closing.cancelled() => Wait::Closed,
+            _ = refused => Wait::Closed,
             _ = ctx.done() => Wait::Cancelled,
             _ = writer.ready(1) => Wait::Room,
         }
@@ -246,7 +244,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 });
             }
         }
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.state.refuses() {
             return Err(Error::Closed);
         }
         let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
@@ -259,6 +257,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             None => format!("{}#{id}", self.name).into(),
         };
         let sub = Arc::new(SubShared::new(
+            self.state.clone(),
             id,
             name,
             self.name.clone(),
