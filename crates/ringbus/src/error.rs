@@ -142,6 +142,8 @@ pub enum Error {
         /// The state type it asked for.
         state: &'static str,
     },
+    /// An [`App`](crate::App) startup hook failed.
+    Hook(String),
     /// A topic already has the configured maximum of subscribers.
     TooManySubscribers {
         /// The topic.
@@ -175,6 +177,7 @@ impl fmt::Display for Error {
                 "subscriber \"{subscriber}\" takes a State<{state}>, but no `{state}` was \
                  registered: add `.state(value)` to Bus::builder()"
             ),
+            Error::Hook(message) => write!(f, "a startup hook failed: {message}"),
             Error::TooManySubscribers { topic, max } => {
                 write!(
                     f,

@@ -38,6 +38,9 @@
 //! - [`Bus`] (and [`BusBuilder`]): topics by name; `publish`, `publish_with`, `try_publish`,
 //!   `publish_batch`, `subscribe`, `subscribe_batch`, `register`, `close`, `stats`.
 //! - [`Topic`]: a resolved, typed topic handle.
+//! - [`App`]: runs the bus as a service (handlers, hooks, Ctrl-C / SIGTERM, bounded drain).
+//! - [`subscriber`]: the attribute that turns an `async fn(&Msg)` into a handler;
+//!   [`State`]: shared values for handlers.
 //! - [`Context`]: a deadline and/or cancellation for a publish.
 //! - [`Handler`], [`BatchHandler`], [`Subscriber`]: what a subscriber runs; closures and
 //!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
@@ -49,6 +52,7 @@
 //!
 //! The ten guarantees are listed on [`Bus`].
 
+mod app;
 mod bus;
 mod context;
 mod error;
@@ -58,6 +62,7 @@ mod stats;
 mod subscriber;
 mod topic;
 
+pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use error::{Error, PublishError, TypeMismatch};
