@@ -1,77 +1,126 @@
-//! The ring in one screen: a writer task, two first-stage readers (one single-item, one
-//! batching) and a second-stage reader that only sees what both have finished.
+//! A small service on the bus: two `#[subscriber]` handlers on "orders" (one of them
+//! publishes a receipt for each order to "receipts"), a third handler on "receipts", a burst
+//! of orders, and a graceful close that handles everything queued.
 //!
 //! Run with `cargo run --release --example quickstart`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ringbus_core::{Builder, Closed, Reader};
+use ringbus::{subscriber, Bus, State};
 
-const ITEMS: u64 = 2_000_000;
+#[derive(Debug)]
+struct Order {
+    id: u64,
+    cents: u64,
+}
 
-/// Reads one item at a time, in place, and sums them.
-async fn single(mut reader: Reader<u64>) -> (u64, u64) {
-    let (mut count, mut sum) = (0, 0);
-    loop {
-        match reader.recv().await {
-            Ok(item) => {
-                count += 1;
-                sum += *item;
-            }
-            Err(Closed) => return (count, sum),
-        }
+#[derive(Debug)]
+struct Receipt {
+    order: u64,
+    cents: u64,
+}
+
+#[derive(Debug)]
+struct Declined(u64);
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "order {} declined: amount is zero", self.0)
     }
 }
 
-/// Reads whatever is available as one zero-copy batch (two slices) per wake-up.
-async fn batched(mut reader: Reader<u64>) -> (u64, u64) {
-    let (mut count, mut sum) = (0, 0);
-    while let Ok(batch) = reader.recv_batch(256).await {
-        count += batch.len() as u64;
-        sum += batch.iter().sum::<u64>();
-    }
-    (count, sum)
+/// Totals shared by the handlers, registered once on the bus builder.
+#[derive(Default)]
+struct Ledger {
+    audited: AtomicU64,
+    receipts: AtomicU64,
+    revenue: AtomicU64,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()?;
-    runtime.block_on(async {
-        let (mut writer, journal) = Builder::new(1024).build::<u64>();
-        let logic = journal.then();
-        let readers = [
-            tokio::spawn(single(journal.reader()?)),
-            tokio::spawn(batched(journal.reader()?)),
-            tokio::spawn(single(logic.reader()?)),
-        ];
+/// Reads each order in place (no clone, no copy).
+#[subscriber("orders")]
+async fn audit(order: &Order, ledger: State<Ledger>) {
+    debug_assert!(order.id > 0);
+    ledger.audited.fetch_add(1, Ordering::Relaxed);
+}
 
-        let started = Instant::now();
-        let mut next = 0;
-        while next < ITEMS {
-            // Publish in chunks of up to 64 items, one cursor store per chunk.
-            next += writer.publish_batch(next..ITEMS.min(next + 64)).await;
-        }
-        drop(writer); // closes the ring: readers drain, then see `Closed`
-
-        let expected = ITEMS * (ITEMS - 1) / 2;
-        let names = ["journal, single", "journal, batched", "logic (stage 2)"];
-        for (name, handle) in names.iter().zip(readers) {
-            let (count, sum) = handle.await?;
-            println!(
-                "{name:<18} read {count} items (sum ok: {})",
-                sum == expected
-            );
-            if count != ITEMS || sum != expected {
-                return Err(format!("{name} lost items: {count} of {ITEMS}").into());
-            }
-        }
-        let elapsed = started.elapsed();
-        println!(
-            "{ITEMS} items through 3 readers in 2 stages: {:.1} ms, {:.1} M items/s",
-            elapsed.as_secs_f64() * 1e3,
-            ITEMS as f64 / elapsed.as_secs_f64() / 1e6
-        );
-        Ok(())
+/// Bills each order; the receipt it returns is published to "receipts", and a declined order
+/// is logged and counted as a handler error.
+#[subscriber("orders", publish("receipts"), name = "billing")]
+async fn bill(order: &Order) -> Result<Receipt, Declined> {
+    if order.cents == 0 {
+        return Err(Declined(order.id));
+    }
+    Ok(Receipt {
+        order: order.id,
+        cents: order.cents,
     })
+}
+
+#[subscriber("receipts")]
+async fn bookkeeping(receipt: &Receipt, ledger: State<Ledger>) {
+    debug_assert!(receipt.order > 0);
+    ledger.receipts.fetch_add(1, Ordering::Relaxed);
+    ledger.revenue.fetch_add(receipt.cents, Ordering::Relaxed);
+}
+
+const ORDERS: u64 = 200_000;
+
+#[tokio::main]
+async fn main() -> Result<(), ringbus::Error> {
+    let bus = Bus::builder()
+        .capacity(1024)
+        .state(Ledger::default())
+        .build();
+    let _audit = bus.register(audit)?;
+    let _billing = bus.register(bill)?;
+    let _bookkeeping = bus.register(bookkeeping)?;
+
+    // A burst of orders through a resolved topic handle (no lookup per publish). Every
+    // hundredth order is free, and billing declines it.
+    let orders = bus.topic::<Order>("orders")?;
+    let started = Instant::now();
+    for id in 1..=ORDERS {
+        let cents = if id % 100 == 0 { 0 } else { 100 + id % 900 };
+        orders.publish(Order { id, cents }).await?;
+    }
+    let published = started.elapsed();
+
+    // Refuses new orders, then returns once every queued order and receipt is handled.
+    bus.close().await;
+    let total = started.elapsed();
+
+    let stats = bus.stats();
+    for topic in &stats.topics {
+        println!("topic {:<9} published {:>7}", topic.name, topic.published);
+        for sub in &topic.subscribers {
+            println!(
+                "  {:<12} handled {:>7}, errors {:>5}, panics {}",
+                sub.name, sub.handled, sub.errors, sub.panics
+            );
+        }
+    }
+    let ledger = bus.state::<Ledger>().expect("registered on the builder");
+    println!(
+        "audited {} orders, {} receipts worth {} cents",
+        ledger.audited.load(Ordering::Relaxed),
+        ledger.receipts.load(Ordering::Relaxed),
+        ledger.revenue.load(Ordering::Relaxed)
+    );
+    println!(
+        "published {ORDERS} orders in {:.1} ms ({:.2} M/s); closed and drained after {:.1} ms",
+        published.as_secs_f64() * 1e3,
+        ORDERS as f64 / published.as_secs_f64() / 1e6,
+        total.as_secs_f64() * 1e3
+    );
+
+    let expected_receipts = ORDERS - ORDERS / 100;
+    if ledger.audited.load(Ordering::Relaxed) != ORDERS
+        || ledger.receipts.load(Ordering::Relaxed) != expected_receipts
+    {
+        eprintln!("lost messages");
+        std::process::exit(1);
+    }
+    Ok(())
 }
