@@ -129,7 +129,9 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
     inner_fn.sig.ident = inner.clone();
     inner_fn.vis = syn::Visibility::Inherited;
 
-    let state_fields: Vec<_> = (0..states.len()).map(|i| format_ident!("state{}", i)).collect();
+    let state_fields: Vec<_> = (0..states.len())
+        .map(|i| format_ident!("state{}", i))
+        .collect();
     let msg_ty = match &message {
         Message::Ref(t) | Message::Owned(t) | Message::Batch(t) => t,
     };
@@ -203,9 +205,8 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         .stall_timeout
         .as_ref()
         .map(|d| quote_spanned!(d.span()=> let options = options.stall_timeout(#d);));
-    let struct_doc = format!(
-        "The `#[subscriber]` handler `{ident}`: register it with `bus.register({ident})`."
-    );
+    let struct_doc =
+        format!("The `#[subscriber]` handler `{ident}`: register it with `bus.register({ident})`.");
 
     Ok(quote! {
         #(#docs)*
