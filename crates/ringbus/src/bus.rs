@@ -1,12 +1,11 @@
-//! [`Bus`]: the topic registry, sharded over locks, and the bus-wide operations (publish by
+//! [`Bus`]: the topic registry (sharded, lock-free lookups: see `map`), and the bus-wide operations (publish by
 //! name, subscribe, close, stats).
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::any::Any;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -15,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::error::{Error, PublishError, TypeMismatch};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
+use crate::map::TopicMap;
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport};
 use crate::subscriber::{Subscription, CURRENT_SUBSCRIBER};
@@ -66,18 +66,16 @@ impl Hasher for Fnv {
     }
 }
 
-type Shard = RwLock<HashMap<Arc<str>, Entry, BuildHasherDefault<Fnv>>>;
-
 /// A registered topic: the typed object (for downcasting) and its type-erased face.
-#[derive(Clone)]
-struct Entry {
+pub(crate) struct Entry {
     typed: Arc<dyn Any + Send + Sync>,
     erased: Arc<dyn AnyTopic>,
 }
 
 struct Inner {
     state: Arc<BusState>,
-    shards: Box<[Shard]>,
+    /// Every topic, by name; lookups take no lock (see `map`).
+    topics: TopicMap<Entry>,
     /// Values for `State<S>` handler parameters.
     states: States,
 }
@@ -187,7 +185,8 @@ impl BusBuilder {
         self
     }
 
-    /// Lock shards of the topic registry (default 64).
+    /// Shards of the topic registry (default 64). Lookups take no lock whatever the number;
+    /// creating a topic locks its shard.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.max(1);
         self
@@ -232,11 +231,11 @@ impl BusBuilder {
             max_subscribers: self.max_subscribers,
             stall_timeout: self.stall_timeout,
         });
-        let shards = (0..self.shards).map(|_| Shard::default()).collect();
+        let topics = TopicMap::new(self.shards);
         Bus {
             inner: Arc::new(Inner {
                 state,
-                shards,
+                topics,
                 states: self.states,
             }),
         }
@@ -273,55 +272,64 @@ impl Bus {
         BusBuilder::default()
     }
 
-    fn shard(&self, name: &str) -> &Shard {
-        let mut h = Fnv::default();
-        h.write(name.as_bytes());
-        let shards = &self.inner.shards;
-        &shards[(h.finish() % shards.len() as u64) as usize]
-    }
-
     /// Finds or makes the topic `name` for messages of type `T`.
+    ///
+    /// The reference lives as long as the bus: topics are never removed.
+    #[inline]
     fn resolve<T: Send + Sync + 'static>(
         &self,
         name: &str,
         capacity: Option<usize>,
+    ) -> Result<&TopicInner<T>, TypeMismatch> {
+        let entry = match self.inner.topics.get(name) {
+            Some(entry) => entry,
+            None => self.create::<T>(name, capacity),
+        };
+        match (*entry.typed).downcast_ref::<TopicInner<T>>() {
+            Some(topic) => Ok(topic),
+            None => Err(mismatch::<T>(name, entry)),
+        }
+    }
+
+    /// [`resolve`](Self::resolve), as an `Arc` (for subscriber tasks and `Topic` handles).
+    fn resolve_arc<T: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        capacity: Option<usize>,
     ) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
-        let shard = self.shard(name);
-        {
-            let map = shard.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(entry) = map.get(name) {
-                return downcast(name, entry);
-            }
-        }
-        let mut map = shard.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = map.get(name) {
-            return downcast(name, entry);
-        }
-        let name: Arc<str> = name.into();
-        let capacity = capacity.unwrap_or(self.inner.state.capacity);
-        let topic = Arc::new(TopicInner::<T>::new(
-            name.clone(),
-            capacity,
-            self.inner.state.clone(),
-        ));
-        tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
-        map.insert(
-            name,
+        self.resolve::<T>(name, capacity)?;
+        let entry = self.inner.topics.get(name).expect("resolved above");
+        entry
+            .typed
+            .clone()
+            .downcast::<TopicInner<T>>()
+            .map_err(|_| mismatch::<T>(name, entry))
+    }
+
+    #[cold]
+    fn create<T: Send + Sync + 'static>(&self, name: &str, capacity: Option<usize>) -> &Entry {
+        self.inner.topics.get_or_insert_with(name, || {
+            let capacity = capacity.unwrap_or(self.inner.state.capacity);
+            let topic = Arc::new(TopicInner::<T>::new(
+                name.into(),
+                capacity,
+                self.inner.state.clone(),
+            ));
+            tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
             Entry {
                 typed: topic.clone(),
-                erased: topic.clone(),
-            },
-        );
-        Ok(topic)
+                erased: topic,
+            }
+        })
     }
 
     fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {
-        let mut all = Vec::new();
-        for shard in self.inner.shards.iter() {
-            let map = shard.read().unwrap_or_else(|e| e.into_inner());
-            all.extend(map.values().map(|e| e.erased.clone()));
-        }
-        all
+        self.inner
+            .topics
+            .values()
+            .into_iter()
+            .map(|e| e.erased.clone())
+            .collect()
     }
 
     /// A typed handle to the topic `name`, made if it does not exist yet: publishing through
@@ -331,7 +339,7 @@ impl Bus {
     ///
     /// [`Error::TypeMismatch`] if the topic carries another type.
     pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
-        self.resolve::<T>(name, None)
+        self.resolve_arc::<T>(name, None)
             .map(|inner| Topic { inner })
             .map_err(Error::TypeMismatch)
     }
@@ -451,7 +459,7 @@ impl Bus {
     {
         self.check_runtime()?;
         let t = self
-            .resolve::<T>(topic, options.capacity)
+            .resolve_arc::<T>(topic, options.capacity)
             .map_err(Error::TypeMismatch)?;
         t.subscribe(options, handler)
     }
@@ -470,7 +478,7 @@ impl Bus {
     {
         self.check_runtime()?;
         let t = self
-            .resolve::<T>(topic, options.capacity)
+            .resolve_arc::<T>(topic, options.capacity)
             .map_err(Error::TypeMismatch)?;
         t.subscribe_batch(options, handler)
     }
@@ -630,20 +638,12 @@ pub(crate) fn next_subscriber_id() -> u64 {
     NEXT_SUBSCRIBER_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-fn downcast<T: Send + Sync + 'static>(
-    name: &str,
-    entry: &Entry,
-) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
-    if entry.typed.as_ref().type_id() == TypeId::of::<TopicInner<T>>() {
-        if let Ok(topic) = entry.typed.clone().downcast::<TopicInner<T>>() {
-            return Ok(topic);
-        }
-    }
-    Err(TypeMismatch {
+fn mismatch<T>(name: &str, entry: &Entry) -> TypeMismatch {
+    TypeMismatch {
         topic: name.into(),
         expected: entry.erased.message_type(),
         found: std::any::type_name::<T>(),
-    })
+    }
 }
 
 impl fmt::Debug for Bus {

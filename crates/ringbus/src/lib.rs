@@ -57,6 +57,8 @@ mod bus;
 mod context;
 mod error;
 mod handler;
+mod lock;
+mod map;
 mod state;
 mod stats;
 mod subscriber;

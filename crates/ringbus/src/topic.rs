@@ -9,12 +9,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use ringbus_core::{Builder, Full, Stage, Writer};
-use tokio::sync::Mutex as AsyncMutex;
 
 use crate::bus::BusState;
 use crate::context::Context;
 use crate::error::{Error, PublishError};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
+use crate::lock::WriterLock;
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
 use crate::subscriber::{self, SubShared, Subscription, CURRENT_SUBSCRIBER};
 
@@ -24,7 +24,7 @@ pub(crate) struct TopicInner<T> {
     /// publish waits until every subscriber has handled its message).
     capacity: usize,
     /// `None` once the bus closed this topic.
-    writer: AsyncMutex<Option<Writer<T>>>,
+    writer: WriterLock<Option<Writer<T>>>,
     stage: Stage<T>,
     subscribers: Mutex<Vec<Arc<SubShared>>>,
     state: Arc<BusState>,
@@ -51,7 +51,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         Self {
             name,
             capacity,
-            writer: AsyncMutex::new(Some(writer)),
+            writer: WriterLock::new(Some(writer)),
             stage,
             subscribers: Mutex::new(Vec::new()),
             state,
@@ -66,12 +66,15 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
-        let mut guard = if ctx.is_never() {
+        let never = ctx.is_never();
+        if !never && ctx.is_done() {
+            return Err(PublishError::Cancelled(msg));
+        }
+        let mut guard = if let Some(guard) = self.writer.try_lock() {
+            guard
+        } else if never {
             self.writer.lock().await
         } else {
-            if ctx.is_done() {
-                return Err(PublishError::Cancelled(msg));
-            }
             tokio::select! {
                 biased;
                 guard = self.writer.lock() => guard,
@@ -118,7 +121,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         // for room, in which case the topic is full: try a few times, then say so.
         let mut guard = None;
         for _ in 0..64 {
-            if let Ok(g) = self.writer.try_lock() {
+            if let Some(g) = self.writer.try_lock() {
                 guard = Some(g);
                 break;
             }

@@ -1,0 +1,273 @@
+//! The topic registry: a grow-only hash map whose lookups take no lock and touch no shared
+//! counter.
+//!
+//! # Why
+//!
+//! `publish(topic, msg)` looks the topic up on every call. A `RwLock` read costs two atomic
+//! read-modify-writes on a line that every publishing core fights over, and cloning an `Arc`
+//! out costs two more. Topics are never removed from a bus, so their entries can live as long
+//! as the map: a lookup returns a plain reference tied to the map's lifetime.
+//!
+//! # Algorithm
+//!
+//! Each shard is an open-addressing table (linear probing) of `AtomicPtr<Entry>`, at most half
+//! full. Inserts take the shard's mutex, link the new entry with a Release store into an empty
+//! slot, and when the table would pass half full, first copy every pointer into a table twice
+//! the size and publish it with a Release store of `current`. Old tables are kept (in
+//! `retired`) until the map drops, so a lookup that loaded an old table still walks valid
+//! memory and finds every entry that table had. Lookups: Acquire load of `current`, then
+//! Acquire loads of slots until the name or an empty slot.
+//!
+//! # Invariants
+//!
+//! - An entry, once linked, is never moved, changed or freed before the map drops.
+//! - Every table has an empty slot (half full at most), so probes end.
+//! - Only the holder of `grow` stores to slots or to `current`.
+
+use std::hash::Hasher;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
+
+use crate::bus::Fnv;
+
+struct Table<V> {
+    slots: Box<[AtomicPtr<Node<V>>]>,
+    mask: usize,
+}
+
+struct Node<V> {
+    hash: u64,
+    name: Box<str>,
+    value: V,
+}
+
+impl<V> Table<V> {
+    fn new(capacity: usize) -> Box<Self> {
+        Box::new(Self {
+            slots: (0..capacity)
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
+                .collect(),
+            mask: capacity - 1,
+        })
+    }
+
+    fn find(&self, hash: u64, name: &str) -> Option<&Node<V>> {
+        let mut i = hash as usize & self.mask;
+        loop {
+            // Acquire: pairs with the Release store that linked the node.
+            let p = self.slots[i].load(Ordering::Acquire);
+            // SAFETY: linked nodes live until the map drops (see the invariants).
+            let node = unsafe { p.as_ref()? };
+            if node.hash == hash && &*node.name == name {
+                return Some(node);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Links `node` into the first empty slot of its probe sequence. Caller holds `grow`.
+    fn link(&self, node: *mut Node<V>, hash: u64) {
+        let mut i = hash as usize & self.mask;
+        while !self.slots[i].load(Ordering::Relaxed).is_null() {
+            i = (i + 1) & self.mask;
+        }
+        // Release: the node's fields are visible to whoever loads the pointer.
+        self.slots[i].store(node, Ordering::Release);
+    }
+}
+
+struct Shard<V> {
+    /// The table lookups use.
+    current: AtomicPtr<Table<V>>,
+    /// Held by inserts; owns the tables (the last one is `current`) and the entry count.
+    grow: Mutex<Grow<V>>,
+}
+
+struct Grow<V> {
+    tables: Vec<*mut Table<V>>,
+    len: usize,
+}
+
+// SAFETY: the raw pointers are owned by the shard and only shared as `&Table`/`&Node`, whose
+// contents are `V` (bounded below) and atomics.
+unsafe impl<V: Send + Sync> Send for Shard<V> {}
+// SAFETY: as above.
+unsafe impl<V: Send + Sync> Sync for Shard<V> {}
+
+/// A grow-only map from topic names to `V`, sharded by hash.
+pub(crate) struct TopicMap<V> {
+    shards: Box<[Shard<V>]>,
+}
+
+pub(crate) fn hash(name: &str) -> u64 {
+    let mut h = Fnv::default();
+    h.write(name.as_bytes());
+    h.finish()
+}
+
+impl<V> TopicMap<V> {
+    pub(crate) fn new(shards: usize) -> Self {
+        let shards = (0..shards.max(1))
+            .map(|_| {
+                let table = Box::into_raw(Table::new(16));
+                Shard {
+                    current: AtomicPtr::new(table),
+                    grow: Mutex::new(Grow {
+                        tables: vec![table],
+                        len: 0,
+                    }),
+                }
+            })
+            .collect();
+        Self { shards }
+    }
+
+    fn shard(&self, hash: u64) -> &Shard<V> {
+        // The high bits pick the shard, the low bits the slot.
+        &self.shards[((hash >> 32) as usize) % self.shards.len()]
+    }
+
+    /// The value for `name`, without locking.
+    #[inline]
+    pub(crate) fn get(&self, name: &str) -> Option<&V> {
+        let h = hash(name);
+        // Acquire: pairs with the Release store of a grown table.
+        let table = self.shard(h).current.load(Ordering::Acquire);
+        // SAFETY: tables live until the map drops.
+        unsafe { &*table }.find(h, name).map(|n| &n.value)
+    }
+
+    /// The value for `name`, inserting `make()` if there is none.
+    pub(crate) fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
+        let h = hash(name);
+        let shard = self.shard(h);
+        // A panic in `make` cannot leave the tables inconsistent: nothing is linked before it.
+        let mut grow = shard.grow.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: tables live until the map drops; we hold `grow`, so this is `current`.
+        let table = unsafe { &*shard.current.load(Ordering::Relaxed) };
+        if let Some(node) = table.find(h, name) {
+            return &node.value;
+        }
+        let node = Box::into_raw(Box::new(Node {
+            hash: h,
+            name: name.into(),
+            value: make(),
+        }));
+        let table = if (grow.len + 1) * 2 > table.slots.len() {
+            let bigger = Table::new(table.slots.len() * 2);
+            for slot in table.slots.iter() {
+                let p = slot.load(Ordering::Relaxed);
+                if !p.is_null() {
+                    // SAFETY: a linked node, alive until the map drops.
+                    bigger.link(p, unsafe { (*p).hash });
+                }
+            }
+            let bigger = Box::into_raw(bigger);
+            grow.tables.push(bigger);
+            // Release: the copied slots are visible to lookups that load the new table.
+            shard.current.store(bigger, Ordering::Release);
+            // SAFETY: just made; freed only with the map.
+            unsafe { &*bigger }
+        } else {
+            table
+        };
+        table.link(node, h);
+        grow.len += 1;
+        // SAFETY: linked; alive until the map drops.
+        unsafe { &(*node).value }
+    }
+
+    /// Every value, in no particular order.
+    pub(crate) fn values(&self) -> Vec<&V> {
+        let mut all = Vec::new();
+        for shard in self.shards.iter() {
+            // SAFETY: tables live until the map drops.
+            let table = unsafe { &*shard.current.load(Ordering::Acquire) };
+            for slot in table.slots.iter() {
+                // SAFETY: linked nodes live until the map drops.
+                if let Some(node) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+                    all.push(&node.value);
+                }
+            }
+        }
+        all
+    }
+}
+
+impl<V> Drop for TopicMap<V> {
+    fn drop(&mut self) {
+        for shard in self.shards.iter_mut() {
+            let grow = shard.grow.get_mut().unwrap_or_else(|e| e.into_inner());
+            if let Some(&last) = grow.tables.last() {
+                // SAFETY: the last table holds every node exactly once; `&mut self` means no
+                // lookup is left.
+                for slot in unsafe { &*last }.slots.iter() {
+                    let p = slot.load(Ordering::Relaxed);
+                    if !p.is_null() {
+                        // SAFETY: made by `Box::into_raw`, freed once, here.
+                        drop(unsafe { Box::from_raw(p) });
+                    }
+                }
+            }
+            for &table in &grow.tables {
+                // SAFETY: made by `Box::into_raw`, freed once, here.
+                drop(unsafe { Box::from_raw(table) });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TopicMap;
+
+    #[test]
+    fn grows_and_finds_everything() {
+        let map = TopicMap::new(4);
+        for i in 0..1000 {
+            let v = map.get_or_insert_with(&format!("topic-{i}"), || i);
+            assert_eq!(*v, i);
+        }
+        for i in 0..1000 {
+            assert_eq!(map.get(&format!("topic-{i}")), Some(&i));
+            // A second insert finds the first value.
+            assert_eq!(*map.get_or_insert_with(&format!("topic-{i}"), || 0), i);
+        }
+        assert_eq!(map.get("missing"), None);
+        assert_eq!(map.values().len(), 1000);
+    }
+
+    #[test]
+    fn concurrent_inserts_and_lookups_agree() {
+        let map = TopicMap::new(2);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let map = &map;
+                s.spawn(move || {
+                    for i in 0..500 {
+                        let name = format!("t{}", (i * 7 + t) % 300);
+                        let v = map.get_or_insert_with(&name, || name.clone());
+                        assert_eq!(v, &name);
+                        assert_eq!(map.get(&name), Some(&name));
+                    }
+                });
+            }
+        });
+        assert_eq!(map.values().len(), 300);
+    }
+
+    #[test]
+    fn drops_every_value_once() {
+        use std::sync::Arc;
+        let counter = Arc::new(());
+        {
+            let map = TopicMap::new(3);
+            for i in 0..100 {
+                map.get_or_insert_with(&i.to_string(), || counter.clone());
+            }
+            assert_eq!(Arc::strong_count(&counter), 101);
+        }
+        assert_eq!(Arc::strong_count(&counter), 1);
+    }
+}
