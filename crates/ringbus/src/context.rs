@@ -1,6 +1,5 @@
 //! `Context`: a deadline and/or a cancellation signal for a publish, as Go's `ctx`.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -96,17 +95,15 @@ impl Context {
     /// # Cancel safety
     ///
     /// Cancel safe: it only waits.
-    pub fn done(&self) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            match (self.deadline, &self.token) {
-                (None, None) => std::future::pending().await,
-                (Some(d), None) => tokio::time::sleep_until(d).await,
-                (None, Some(t)) => t.cancelled().await,
-                (Some(d), Some(t)) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(d) => {}
-                        _ = t.cancelled() => {}
-                    }
+    pub async fn done(&self) {
+        match (self.deadline, &self.token) {
+            (None, None) => std::future::pending().await,
+            (Some(d), None) => tokio::time::sleep_until(d).await,
+            (None, Some(t)) => t.cancelled().await,
+            (Some(d), Some(t)) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(d) => {}
+                    _ = t.cancelled() => {}
                 }
             }
         }

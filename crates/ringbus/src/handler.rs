@@ -78,6 +78,8 @@ where
     Fut: Future + Send,
     Fut::Output: HandlerOutput,
 {
+    // Not an `async fn`: that would need `Fut: 'a`, which closures cannot promise.
+    #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
         msg: &'a T,
@@ -143,6 +145,8 @@ where
     Fut: Future + Send,
     Fut::Output: HandlerOutput,
 {
+    // Not an `async fn`: see the `Handler` impl for closures.
+    #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,

@@ -287,7 +287,6 @@ where
 ///
 /// Dropping it leaves the subscriber running until the bus closes (as dropping a tokio
 /// `JoinHandle` leaves its task running). [`unsubscribe`](Self::unsubscribe) stops it.
-#[must_use = "dropping a Subscription leaves the subscriber running until the bus closes"]
 pub struct Subscription {
     pub(crate) sub: Arc<SubShared>,
     pub(crate) topic: Arc<dyn AnyTopic>,
