@@ -28,6 +28,14 @@ bench *args:
 latency:
     RUSTFLAGS= cargo bench --bench ring -- latency
 
+# Instructions and allocations per message under callgrind, held against docs/benchmarks/cost.json.
+cost:
+    RUSTFLAGS= cargo run --release --bin ringbus-cost -- gate
+
+# Re-measure and rewrite the cost baseline (commit it, saying why the cost changed).
+cost-update:
+    RUSTFLAGS= cargo run --release --bin ringbus-cost -- gate --update
+
 # Everything CI runs.
 ci:
     bash .ci/run
