@@ -26,7 +26,7 @@ bench *args:
 
 # Latency percentiles (coordinated-omission aware); see docs/benchmarks.
 latency:
-    RUSTFLAGS= cargo bench --bench ring -- latency
+    RUSTFLAGS= cargo bench --bench latency
 
 # Instructions and allocations per message under callgrind, held against docs/benchmarks/cost.json.
 cost:

@@ -1,0 +1,458 @@
+//! End-to-end latency percentiles, coordinated-omission aware: `just latency`.
+//!
+//! Every message carries the time it was *meant* to be sent, from a schedule independent of
+//! how fast publishing actually goes (a fixed rate, or bursts at a fixed period). Latency is
+//! measured from that intended time, so a publisher that stalls cannot hide the queueing delay
+//! it causes (coordinated omission). Three figures per run, from HDR histograms:
+//!
+//! - end-to-end: handling time minus intended send time;
+//! - writer stall: publish completion minus intended send time (how late publishing ran);
+//! - reader lag: handling time minus the time the publish started (time in the queue).
+//!
+//! Systems: ringbus, a `tokio::sync::broadcast` topic (lossy: losses reported), and one
+//! bounded `tokio::sync::mpsc` per subscriber. Shapes: a fixed rate and bursts; 1, 4 and 8
+//! subscribers. Results: a table on stdout, `docs/benchmarks/latency.md` and
+//! `docs/benchmarks/latency.json`.
+//!
+//! `cargo bench --bench latency -- quick` runs shorter (for a smoke test).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+#[derive(Clone, Copy, Debug)]
+struct Stamp {
+    /// The message's number.
+    seq: u64,
+    /// Nanoseconds since the run's origin when the message was meant to be sent.
+    intended: u64,
+    /// Nanoseconds since the origin when the publish call started.
+    started: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `rate` messages per second, evenly spaced.
+    Fixed { rate: u64 },
+    /// `size` messages at once every `period`.
+    Burst { size: u64, period: Duration },
+}
+
+impl Shape {
+    fn name(&self) -> String {
+        match self {
+            Shape::Fixed { rate } => format!("fixed {}k/s", rate / 1000),
+            Shape::Burst { size, period } => {
+                format!("burst {size} every {} ms", period.as_millis())
+            }
+        }
+    }
+
+    /// The intended send time of message `i`, in ns since the origin.
+    fn intended(&self, i: u64) -> u64 {
+        match *self {
+            Shape::Fixed { rate } => i * 1_000_000_000 / rate,
+            Shape::Burst { size, period } => (i / size) * period.as_nanos() as u64,
+        }
+    }
+}
+
+/// What the subscribers record: end-to-end and reader lag.
+struct Recorded {
+    e2e: Mutex<Histogram<u64>>,
+    lag: Mutex<Histogram<u64>>,
+    received: AtomicU64,
+}
+
+impl Recorded {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            e2e: Mutex::new(histogram()),
+            lag: Mutex::new(histogram()),
+            received: AtomicU64::new(0),
+        })
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 ns to 60 s, 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// One subscriber's local histograms, merged into the shared ones at the end.
+struct Local {
+    e2e: Histogram<u64>,
+    lag: Histogram<u64>,
+    received: u64,
+}
+
+impl Local {
+    fn new() -> Self {
+        Self {
+            e2e: histogram(),
+            lag: histogram(),
+            received: 0,
+        }
+    }
+
+    fn record(&mut self, origin: Instant, stamp: &Stamp) {
+        self.record_at(origin.elapsed().as_nanos() as u64, stamp);
+    }
+
+    fn record_at(&mut self, now: u64, stamp: &Stamp) {
+        let _ = self.e2e.record(now.saturating_sub(stamp.intended).max(1));
+        let _ = self.lag.record(now.saturating_sub(stamp.started).max(1));
+        self.received += 1;
+    }
+
+    fn merge_into(self, shared: &Recorded) {
+        if let Ok(mut h) = shared.e2e.lock() {
+            let _ = h.add(&self.e2e);
+        }
+        if let Ok(mut h) = shared.lag.lock() {
+            let _ = h.add(&self.lag);
+        }
+        shared.received.fetch_add(self.received, Ordering::Relaxed);
+    }
+}
+
+struct Run {
+    system: &'static str,
+    shape: String,
+    subscribers: usize,
+    e2e: Histogram<u64>,
+    stall: Histogram<u64>,
+    lag: Histogram<u64>,
+    lost: u64,
+}
+
+/// Waits (spinning, yielding to the runtime) until `origin + at`.
+async fn wait_until(origin: Instant, at: u64) {
+    let deadline = origin + Duration::from_nanos(at);
+    while Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize) -> Run {
+    let bus = ringbus::Bus::builder().capacity(1024).build();
+    let origin = Instant::now();
+    // A handler is `Fn(&T)`: it stores its handling times in a preallocated array (plain
+    // stores, no lock), turned into histograms after the run.
+    let mut handled_at = Vec::new();
+    let mut subs = Vec::new();
+    for _ in 0..subscribers {
+        let times: Arc<[AtomicU64]> = (0..messages).map(|_| AtomicU64::new(0)).collect();
+        let handler_times = times.clone();
+        let sub = bus
+            .subscribe("latency", move |stamp: &Stamp| {
+                let now = origin.elapsed().as_nanos() as u64;
+                handler_times[stamp.seq as usize].store(now, Ordering::Relaxed);
+                std::future::ready(())
+            })
+            .expect("subscribe");
+        subs.push(sub);
+        handled_at.push(times);
+    }
+    let topic = bus.topic::<Stamp>("latency").expect("topic");
+    let mut stall = histogram();
+    let mut started_at = Vec::with_capacity(messages as usize);
+    for seq in 0..messages {
+        let intended = shape.intended(seq);
+        wait_until(origin, intended).await;
+        let started = origin.elapsed().as_nanos() as u64;
+        started_at.push(started);
+        topic
+            .publish(Stamp {
+                seq,
+                intended,
+                started,
+            })
+            .await
+            .expect("publish");
+        let done = origin.elapsed().as_nanos() as u64;
+        let _ = stall.record(done.saturating_sub(intended).max(1));
+    }
+    bus.close().await;
+    let recorded = Recorded::new();
+    for times in handled_at {
+        let mut local = Local::new();
+        for (seq, at) in times.iter().enumerate() {
+            let at = at.load(Ordering::Relaxed);
+            if at == 0 {
+                continue; // never handled: the count check in `finish` reports it
+            }
+            let stamp = Stamp {
+                seq: seq as u64,
+                intended: shape.intended(seq as u64),
+                started: started_at[seq],
+            };
+            local.record_at(at, &stamp);
+        }
+        local.merge_into(&recorded);
+    }
+    drop(subs);
+    finish("ringbus", shape, subscribers, messages, recorded, stall, 0)
+}
+
+async fn run_broadcast(shape: Shape, messages: u64, subscribers: usize) -> Run {
+    let (tx, _) = tokio::sync::broadcast::channel::<Stamp>(1024);
+    let recorded = Recorded::new();
+    let lost = Arc::new(AtomicU64::new(0));
+    let origin = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..subscribers {
+        let mut rx = tx.subscribe();
+        let recorded = recorded.clone();
+        let lost = lost.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut local = Local::new();
+            loop {
+                match rx.recv().await {
+                    Ok(stamp) => local.record(origin, &stamp),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        lost.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+            local.merge_into(&recorded);
+        }));
+    }
+    let mut stall = histogram();
+    for i in 0..messages {
+        let intended = shape.intended(i);
+        wait_until(origin, intended).await;
+        let started = origin.elapsed().as_nanos() as u64;
+        let _ = tx.send(Stamp {
+            seq: i,
+            intended,
+            started,
+        });
+        let done = origin.elapsed().as_nanos() as u64;
+        let _ = stall.record(done.saturating_sub(intended).max(1));
+    }
+    drop(tx);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let lost = lost.load(Ordering::Relaxed);
+    finish(
+        "tokio-broadcast",
+        shape,
+        subscribers,
+        messages,
+        recorded,
+        stall,
+        lost,
+    )
+}
+
+async fn run_mpsc(shape: Shape, messages: u64, subscribers: usize) -> Run {
+    let recorded = Recorded::new();
+    let origin = Instant::now();
+    let mut senders = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..subscribers {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Stamp>(1024);
+        senders.push(tx);
+        let recorded = recorded.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut local = Local::new();
+            while let Some(stamp) = rx.recv().await {
+                local.record(origin, &stamp);
+            }
+            local.merge_into(&recorded);
+        }));
+    }
+    let mut stall = histogram();
+    for i in 0..messages {
+        let intended = shape.intended(i);
+        wait_until(origin, intended).await;
+        let started = origin.elapsed().as_nanos() as u64;
+        for tx in &senders {
+            tx.send(Stamp {
+                seq: i,
+                intended,
+                started,
+            })
+            .await
+            .expect("send");
+        }
+        let done = origin.elapsed().as_nanos() as u64;
+        let _ = stall.record(done.saturating_sub(intended).max(1));
+    }
+    drop(senders);
+    for t in tasks {
+        let _ = t.await;
+    }
+    finish(
+        "tokio-mpsc-fanout",
+        shape,
+        subscribers,
+        messages,
+        recorded,
+        stall,
+        0,
+    )
+}
+
+fn finish(
+    system: &'static str,
+    shape: Shape,
+    subscribers: usize,
+    messages: u64,
+    recorded: Arc<Recorded>,
+    stall: Histogram<u64>,
+    lost: u64,
+) -> Run {
+    let received = recorded.received.load(Ordering::Relaxed);
+    let expected = messages * subscribers as u64;
+    assert_eq!(
+        received + lost,
+        expected,
+        "{system}: {received} received + {lost} lost != {expected} published"
+    );
+    let take =
+        |m: &Mutex<Histogram<u64>>| m.lock().map(|h| h.clone()).unwrap_or_else(|_| histogram());
+    Run {
+        system,
+        shape: shape.name(),
+        subscribers,
+        e2e: take(&recorded.e2e),
+        stall,
+        lag: take(&recorded.lag),
+        lost,
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let (messages, rate) = if quick {
+        (20_000, 100_000)
+    } else {
+        (200_000, 200_000)
+    };
+    let shapes = [
+        Shape::Fixed { rate },
+        Shape::Burst {
+            size: 512,
+            period: Duration::from_millis(5),
+        },
+    ];
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runs = Vec::new();
+    for shape in shapes {
+        for subscribers in [1, 4, 8] {
+            // Systems interleaved within each configuration.
+            for system in ["ringbus", "tokio-broadcast", "tokio-mpsc-fanout"] {
+                eprintln!(
+                    "latency: {} / {subscribers} subscribers / {system}",
+                    shape.name()
+                );
+                let run = runtime.block_on(async {
+                    match system {
+                        "ringbus" => run_ringbus(shape, messages, subscribers).await,
+                        "tokio-broadcast" => run_broadcast(shape, messages, subscribers).await,
+                        _ => run_mpsc(shape, messages, subscribers).await,
+                    }
+                });
+                runs.push(run);
+            }
+        }
+    }
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| shape | subs | system | e2e p50 | e2e p99 | e2e p99.9 | e2e max | stall p99 | stall max | lag p99 | lost |"
+    );
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut json = Vec::new();
+    for r in &runs {
+        let _ = writeln!(
+            table,
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            r.shape,
+            r.subscribers,
+            r.system,
+            us(r.e2e.value_at_quantile(0.5)),
+            us(r.e2e.value_at_quantile(0.99)),
+            us(r.e2e.value_at_quantile(0.999)),
+            us(r.e2e.max()),
+            us(r.stall.value_at_quantile(0.99)),
+            us(r.stall.max()),
+            us(r.lag.value_at_quantile(0.99)),
+            r.lost,
+        );
+        json.push(format!(
+            "    {{\"scenario\": \"latency/{}/{}\", \"system\": \"{}\", \"e2e_p50_ns\": {}, \"e2e_p99_ns\": {}, \"e2e_p999_ns\": {}, \"e2e_max_ns\": {}, \"stall_p99_ns\": {}, \"stall_max_ns\": {}, \"lag_p99_ns\": {}, \"lost\": {}}}",
+            r.shape.replace(' ', "_"),
+            r.subscribers,
+            r.system,
+            r.e2e.value_at_quantile(0.5),
+            r.e2e.value_at_quantile(0.99),
+            r.e2e.value_at_quantile(0.999),
+            r.e2e.max(),
+            r.stall.value_at_quantile(0.99),
+            r.stall.max(),
+            r.lag.value_at_quantile(0.99),
+            r.lost
+        ));
+    }
+    println!("{table}");
+
+    if quick {
+        return; // a smoke run: do not overwrite the published figures
+    }
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let md = format!(
+        "# Latency\n\nMeasured by `just latency` (`benches/latency.rs`) on {date}: {cpu}, {cores} cores, \
+         release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; \
+         {messages} messages per run; queues of 1024.\n\n\
+         Times in microseconds. *e2e*: handling time minus the **intended** send time (from the \
+         schedule, so a stalled publisher cannot hide queueing: coordinated omission is \
+         accounted for). *stall*: publish completion minus intended send time. *lag*: handling \
+         time minus the time the publish started. *lost*: messages a lossy peer dropped \
+         (its latency covers only what arrived).\n\n{table}\n\
+         On a shared 2-core machine the tails (p99.9, max) are dominated by scheduling of the \
+         publisher, the subscribers and everything else on the box; compare systems within one \
+         row group, not across runs.\n"
+    );
+    let _ = std::fs::create_dir_all("docs/benchmarks");
+    if let Err(e) = std::fs::write("docs/benchmarks/latency.md", md) {
+        eprintln!("could not write docs/benchmarks/latency.md: {e}");
+    }
+    let body = format!("{{\n  \"date\": \"{date}\",\n  \"cpu\": \"{cpu}\",\n  \"cores\": {cores},\n  \"figures\": [\n{}\n  ]\n}}\n", json.join(",\n"));
+    if let Err(e) = std::fs::write("docs/benchmarks/latency.json", body) {
+        eprintln!("could not write docs/benchmarks/latency.json: {e}");
+    }
+}
