@@ -136,20 +136,30 @@ impl<T> Reader<T> {
             spin_hint();
         }
         self.slot().waker.register(cx.waker());
-        self.shared.park(self.slot(), source);
-        self.parked = true;
-        // Pairs with the light fence of whoever makes progress on `source` (after its cursor
-        // store): either it sees us parked, or we see its progress below.
-        self.shared.park_fence();
-        if self.refresh().0 {
-            self.cancel_park();
-            return Poll::Ready(Ok(()));
+        loop {
+            self.shared.park(self.slot(), source);
+            self.parked = true;
+            // Pairs with the light fence of whoever makes progress on `source` (after its
+            // cursor store): either it sees us parked, or we see its progress below.
+            self.shared.park_fence();
+            let (ready, now) = self.refresh();
+            if ready {
+                self.cancel_park();
+                return Poll::Ready(Ok(()));
+            }
+            if self.is_drained() {
+                self.cancel_park();
+                return Poll::Ready(Err(Closed));
+            }
+            if now == source {
+                return Poll::Pending;
+            }
+            // Our barrier now comes from another source: typically the last reader of the
+            // upstream stage left after we looked, without seeing our park, and we now follow
+            // the writer (or a stage further up). Parked on the old source, nobody would wake
+            // us: park on the new one (`park` pays the old one back) and look again.
+            source = now;
         }
-        if self.is_drained() {
-            self.cancel_park();
-            return Poll::Ready(Err(Closed));
-        }
-        Poll::Pending
     }
 
     /// Takes back a park that was not woken.
@@ -229,6 +239,11 @@ impl<T> Reader<T> {
     }
 
     fn batch(&mut self, max: usize) -> Batch<'_, T> {
+        // `available` may be a stale view (a cached barrier, not yet used up): look again so the
+        // batch holds everything available now, as documented, not only what was seen before.
+        if self.available - self.cursor < max as u64 {
+            self.refresh();
+        }
         let len = ((self.available - self.cursor) as usize).min(max);
         Batch { reader: self, len }
     }

@@ -165,14 +165,23 @@ impl<T> Writer<T> {
 
     fn write_available<I: Iterator<Item = T>>(&mut self, items: &mut I) -> u64 {
         let room = self.limit - self.next;
-        let mut n = 0;
-        while n < room {
+        // If `items.next()` panics, the values written so far stay unpublished. Where they
+        // filled a slot that was empty (a lazy ring's first lap), nothing else would ever drop
+        // them: the guard does, leaving those slots empty again.
+        let mut written = Unpublished {
+            shared: &self.shared,
+            from: self.next,
+            n: 0,
+        };
+        while written.n < room {
             let Some(value) = items.next() else { break };
             // SAFETY: positions below `limit` are the writer's (see `try_publish`), and they
             // stay unpublished until the `commit` below.
-            unsafe { self.shared.write(self.next + n, value) };
-            n += 1;
+            unsafe { self.shared.write(written.from + written.n, value) };
+            written.n += 1;
         }
+        let n = written.n;
+        std::mem::forget(written);
         if n > 0 {
             self.commit(n as usize);
         }
@@ -326,6 +335,27 @@ impl<T> fmt::Debug for Writer<T> {
             .field("capacity", &self.shared.capacity)
             .field("published", &self.next)
             .finish_non_exhaustive()
+    }
+}
+
+/// Values written by [`Writer::write_available`] and not yet committed; see there.
+struct Unpublished<'a, T> {
+    shared: &'a Shared<T>,
+    from: u64,
+    n: u64,
+}
+
+impl<T> Drop for Unpublished<'_, T> {
+    /// Runs only on unwind (the normal path forgets the guard).
+    fn drop(&mut self) {
+        for position in self.from..self.from + self.n {
+            if !self.shared.holds_value(position) {
+                // SAFETY: the writer (still the only one to touch this unpublished position)
+                // has just moved a value into this slot, which held none before; dropping it
+                // makes the slot empty again, as `holds_value` says it is.
+                unsafe { std::ptr::drop_in_place(self.shared.slot(position)) };
+            }
+        }
     }
 }
 
