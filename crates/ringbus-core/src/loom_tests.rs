@@ -160,6 +160,25 @@ fn loom_stage_join_keeps_order() {
     });
 }
 
+/// A second-stage reader parks on the first stage just as the first stage's last reader
+/// leaves: it must end up parked on the writer (which it now follows), so the next publish
+/// wakes it. The writer stays open until the reader got the item, so a close cannot mask a
+/// lost wake-up.
+#[test]
+fn loom_upstream_empties_while_downstream_parks() {
+    loom::model(|| {
+        let (mut writer, first) = ring(2);
+        let second = first.then();
+        let upstream = first.reader().unwrap();
+        let mut downstream = second.reader().unwrap();
+        let reader = thread::spawn(move || *block_on(downstream.recv()).unwrap());
+        let leaver = thread::spawn(move || drop(upstream));
+        leaver.join().unwrap();
+        writer.try_publish(5).unwrap();
+        assert_eq!(reader.join().unwrap(), 5);
+    });
+}
+
 fn futures_noop_waker() -> std::task::Waker {
     std::task::Waker::noop().clone()
 }
