@@ -515,8 +515,9 @@ impl Bus {
     /// has finished. Idempotent.
     ///
     /// Called from inside a handler, it does not wait for that handler's own subscriber
-    /// (which cannot finish while its handler waits); that subscriber drains after its
-    /// handler returns.
+    /// (which cannot finish while its handler waits), nor for subscribers whose handlers are
+    /// in `close` themselves; those drain after their handlers return (a `close` from outside
+    /// the handlers waits for them).
     ///
     /// # Cancel safety
     ///
@@ -539,6 +540,18 @@ impl Bus {
         }
         state.closing.cancel();
         let me = CURRENT_SUBSCRIBER.try_with(|id| *id).ok();
+        if let Some(me) = me {
+            // Closing from a handler: other closers must not wait for this subscriber (nor it
+            // for them). Wake any that wait in step 1 below, so they look again.
+            for topic in self.topics() {
+                for sub in topic.subscribers() {
+                    if sub.id == me {
+                        sub.closing.cancel();
+                    }
+                }
+            }
+            state.progress.notify_waiters();
+        }
         let drained = async {
             // 1. Wait until every subscriber has caught up with its topic and none is in a
             //    handler (which could still publish): nothing is in flight any more.
@@ -559,11 +572,17 @@ impl Bus {
             for topic in &topics {
                 topic.close().await;
             }
-            // 3. Wait for every subscriber task.
+            // 3. Wait for every subscriber task (from a handler: but those whose handlers
+            //    are in `close` too).
             for topic in &topics {
                 for sub in topic.subscribers() {
-                    if Some(sub.id) != me {
+                    if me.is_none() {
                         sub.done.cancelled().await;
+                    } else if Some(sub.id) != me {
+                        tokio::select! {
+                            _ = sub.done.cancelled() => {}
+                            _ = sub.closing.cancelled() => {}
+                        }
                     }
                 }
             }
@@ -605,8 +624,10 @@ impl Bus {
         }
     }
 
-    /// True when every running subscriber (but `except`) has handled everything published
-    /// to its topic, so none is in a handler, and nothing was published meanwhile.
+    /// True when every running subscriber has handled everything published to its topic, so
+    /// none is in a handler, and nothing was published meanwhile. Called from a handler
+    /// (`except` is its subscriber), it leaves out that subscriber and those whose handlers
+    /// are in `close` too: they cannot finish before their `close` returns.
     ///
     /// One pass is not enough: a handler of a topic checked later may publish to a topic
     /// checked earlier and then finish. Any such publish changes the counts, so the pass
@@ -616,7 +637,10 @@ impl Bus {
         let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();
         let caught_up = topics.iter().zip(&before).all(|(topic, &published)| {
             topic.subscribers().iter().all(|sub| {
-                Some(sub.id) == except || sub.done.is_cancelled() || sub.position() >= published
+                Some(sub.id) == except
+                    || sub.done.is_cancelled()
+                    || (except.is_some() && sub.closing.is_cancelled())
+                    || sub.position() >= published
             })
         });
         let after: Vec<u64> = self.topics().iter().map(|t| t.published()).collect();

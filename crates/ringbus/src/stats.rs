@@ -55,7 +55,7 @@ pub struct SubscriberStats {
 pub struct CloseReport {
     /// True when every accepted message was handled and every task finished.
     pub complete: bool,
-    /// The subscribers that had not finished (their tasks were aborted).
+    /// The subscribers that had messages left unhandled (their tasks were aborted).
     pub unfinished: Vec<Unhandled>,
 }
 

@@ -58,6 +58,10 @@ pub(crate) struct SubShared {
     waker: AtomicWaker,
     /// Cancelled when the task has ended (for whatever reason).
     pub(crate) done: CancellationToken,
+    /// Cancelled when this subscriber's handler calls `Bus::close`: other closers do not wait
+    /// for it (its task cannot end while its handler waits in `close`, so two handlers closing
+    /// at once would wait for each other forever).
+    pub(crate) closing: CancellationToken,
     /// Set right after spawning.
     pub(crate) abort: OnceLock<AbortHandle>,
     stall_timeout: Option<Duration>,
@@ -85,6 +89,7 @@ impl SubShared {
             stop_at: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
             done: CancellationToken::new(),
+            closing: CancellationToken::new(),
             abort: OnceLock::new(),
             stall_timeout,
         }
@@ -264,7 +269,13 @@ where
     let _done = DoneGuard(&sub);
     let mut handled = 0;
     while next(&mut reader, &sub).await {
-        let limit = sub.stop_at.load(Ordering::Acquire) - reader.position();
+        // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
+        // position (its `published()` was read before we got this far): then stop, as `next`
+        // would, rather than underflow or hand the handler an empty batch.
+        let stop_at = sub.stop_at.load(Ordering::Acquire);
+        let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+            break;
+        };
         let Ok(batch) = reader.try_recv_batch(limit.min(usize::MAX as u64) as usize) else {
             continue;
         };

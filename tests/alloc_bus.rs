@@ -1,0 +1,224 @@
+//! Guarantee 10, zero allocations per publish and per delivery in the steady state, checked
+//! by a counting global allocator (this file is its own test binary, so the allocator
+//! counts for it alone).
+//!
+//! Only allocations made on the measuring thread inside a window are counted; the runtime is
+//! current-thread, so the subscriber task runs on that thread too and its deliveries count.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use ringbus::{Bus, CancellationToken, Context, Topic};
+use tokio::sync::Notify;
+
+struct Counting;
+
+thread_local! {
+    /// True while this thread's allocations are counted.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// This thread's counts: allocations, bytes allocated, bytes freed. Per thread, so that
+    /// tests measuring at the same time do not see each other's allocations.
+    static COUNTS: Cell<[u64; 3]> = const { Cell::new([0; 3]) };
+}
+
+/// Adds to this thread's counts, if it is counting.
+fn count(allocations: u64, allocated: usize, freed: usize) {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        let _ = COUNTS.try_with(|c| {
+            let [a, b, f] = c.get();
+            c.set([a + allocations, b + allocated as u64, f + freed as u64]);
+        });
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; the counting touches only
+// const-initialised thread locals (no allocation, no destructor).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(1, layout.size(), 0);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count(1, layout.size(), 0);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(0, 0, layout.size());
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(1, new_size, layout.size());
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// What a window allocated: calls, bytes, and bytes freed.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    allocations: u64,
+    allocated: u64,
+    freed: u64,
+}
+
+/// Runs `f` with this thread's allocations counted.
+async fn counted<F: std::future::Future>(f: F) -> (F::Output, Counted) {
+    let [a, b, c] = COUNTS.with(Cell::get);
+    COUNTING.with(|on| on.set(true));
+    let out = f.await;
+    COUNTING.with(|on| on.set(false));
+    let [a2, b2, c2] = COUNTS.with(Cell::get);
+    let counted = Counted {
+        allocations: a2 - a,
+        allocated: b2 - b,
+        freed: c2 - c,
+    };
+    (out, counted)
+}
+
+/// Counts deliveries and signals when a target count is reached (without allocating).
+struct Deliveries {
+    handled: AtomicU64,
+    target: AtomicU64,
+    reached: Notify,
+}
+
+impl Deliveries {
+    async fn wait_for(&self, target: u64) {
+        self.target.store(target, SeqCst);
+        while self.handled.load(SeqCst) < target {
+            self.reached.notified().await;
+        }
+    }
+}
+
+/// Publishes `n` messages by name and `n` through the handle (in alternation, each way in
+/// turn), then waits until the subscriber has handled them all.
+async fn publish_round(bus: &Bus, topic: &Topic<u64>, deliveries: &Deliveries, n: u64) {
+    let goal = deliveries.handled.load(SeqCst) + 2 * n;
+    for i in 0..n {
+        bus.publish("ticks", i).await.unwrap();
+        topic.publish(i).await.unwrap();
+    }
+    deliveries.wait_for(goal).await;
+}
+
+#[test]
+fn steady_state_publish_and_delivery_allocate_nothing() {
+    const N: u64 = 10_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let deliveries = Arc::new(Deliveries {
+            handled: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            reached: Notify::new(),
+        });
+        let d = deliveries.clone();
+        let sub = bus
+            .subscribe("ticks", move |_: &u64| {
+                let n = d.handled.fetch_add(1, SeqCst) + 1;
+                if n == d.target.load(SeqCst) {
+                    d.reached.notify_one();
+                }
+                async {}
+            })
+            .unwrap();
+        let topic = bus.topic::<u64>("ticks").unwrap();
+
+        // Warm-up: queues, wakers and lazily made runtime structures reach their size.
+        publish_round(&bus, &topic, &deliveries, N).await;
+
+        let ((), window) = counted(publish_round(&bus, &topic, &deliveries, N)).await;
+        println!("{} publishes and deliveries: {window:?}", 2 * N);
+        assert_eq!(
+            window.allocations,
+            0,
+            "{} publishes + deliveries allocated: {window:?}",
+            2 * N
+        );
+
+        // `try_publish` and `publish_with` (a context that never ends, then one with a token),
+        // warmed up once like the above (the test's own `yield_now` grows tokio's list of
+        // deferred wakers the first time).
+        let token = Context::from(CancellationToken::new());
+        let other_ways = || async {
+            let goal = deliveries.handled.load(SeqCst) + 3 * N;
+            for i in 0..N {
+                while topic.try_publish(i).is_err() {
+                    tokio::task::yield_now().await; // full: let the subscriber run
+                }
+                bus.publish_with(&Context::new(), "ticks", i).await.unwrap();
+                topic.publish_with(&token, i).await.unwrap();
+            }
+            deliveries.wait_for(goal).await;
+        };
+        other_ways().await;
+        let ((), window) = counted(other_ways()).await;
+        println!(
+            "{} more publishes (try_, _with) and deliveries: {window:?}",
+            3 * N
+        );
+        assert_eq!(window.allocations, 0, "{window:?}");
+        assert_eq!(sub.stats().handled, 10 * N);
+        bus.close().await;
+    });
+}
+
+#[test]
+fn bytes_per_subscribe_and_unsubscribe() {
+    const CYCLES: u64 = 200;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let topic = bus.topic::<u64>("ticks").unwrap();
+        // Warm-up: the first subscriber makes what every later one reuses.
+        for _ in 0..10 {
+            bus.subscribe("ticks", |_: &u64| async {})
+                .unwrap()
+                .unsubscribe()
+                .await;
+        }
+        let ((), window) = counted(async {
+            for i in 0..CYCLES {
+                let sub = bus.subscribe("ticks", |_: &u64| async {}).unwrap();
+                topic.publish(i).await.unwrap();
+                sub.unsubscribe().await;
+            }
+        })
+        .await;
+        let per_cycle = window.allocated / CYCLES;
+        let kept = window.allocated.saturating_sub(window.freed) / CYCLES;
+        println!(
+            "subscribe + unsubscribe: {} allocations, {per_cycle} bytes allocated and {kept} \
+             bytes kept per cycle",
+            window.allocations / CYCLES
+        );
+        assert!(
+            per_cycle < 16 * 1024,
+            "{per_cycle} bytes per subscribe+unsubscribe"
+        );
+        assert!(
+            kept < 2 * 1024,
+            "{kept} bytes kept per subscribe+unsubscribe"
+        );
+        bus.close().await;
+    });
+}

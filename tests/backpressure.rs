@@ -1,0 +1,308 @@
+//! Guarantee 4, backpressure: `publish` waits while the slowest subscriber's queue is full,
+//! `try_publish` says `Full(msg)` at once, a subscriber with a stall timeout is detached
+//! instead of holding publishers forever, and no handler ever sees a slot being overwritten.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{gated, recording, take, Gate, Rng};
+use ringbus::{Bus, Handler, HandlerError, PublishError, SubscribeOptions};
+use tokio_test::{assert_pending, assert_ready_ok, task};
+
+fn assert_full<T: std::fmt::Debug + PartialEq>(result: Result<(), PublishError<T>>, msg: T) {
+    match result {
+        Err(PublishError::Full(back)) => assert_eq!(back, msg),
+        other => panic!("expected Full({msg:?}), got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn publish_waits_while_the_slowest_subscriber_is_full() {
+    let bus = Bus::builder().capacity(4).build();
+    let gate = Gate::closed();
+    let mut slow = gated(&bus, "t", "slow", &gate);
+    let mut fast = recording(&bus, "t", "fast");
+    let topic = bus.topic::<u64>("t").unwrap();
+    for m in 0..4u64 {
+        topic.try_publish(m).unwrap();
+    }
+    // The fast subscriber has handled everything; the slow one sits on message 0.
+    assert_eq!(take(&mut fast.handled, 4).await, [0, 1, 2, 3]);
+    assert_eq!(slow.entered.recv().await, Some(0));
+
+    assert_full(bus.try_publish("t", 4u64), 4);
+    assert_full(topic.try_publish(4), 4);
+    let mut publish = task::spawn(bus.publish("t", 4u64));
+    assert_pending!(publish.poll());
+    // While a publisher waits for room, `try_publish` still answers at once.
+    assert_full(topic.try_publish(5), 5);
+    let mut batch = task::spawn(bus.publish_batch("t", [5u64, 6]));
+    assert_pending!(batch.poll());
+
+    // The slow subscriber finishes message 0 (and starts on 1): one slot frees up.
+    gate.release(1);
+    assert_eq!(slow.entered.recv().await, Some(1));
+    assert!(
+        publish.is_woken(),
+        "room did not wake the waiting publisher"
+    );
+    assert_ready_ok!(publish.poll());
+    assert_pending!(batch.poll());
+    assert_full(topic.try_publish(5), 5);
+
+    // One more slot: the batch puts 5 in and waits for room for 6. Dropped there, it keeps
+    // 5 published and drops 6.
+    gate.release(1);
+    assert_eq!(slow.entered.recv().await, Some(2));
+    assert_pending!(batch.poll());
+    drop(batch);
+
+    gate.open();
+    bus.close().await;
+    assert_eq!(slow.log.snapshot(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(fast.log.snapshot(), [0, 1, 2, 3, 4, 5]);
+}
+
+/// A handler that never completes, detached after its stall timeout: publishers stop waiting
+/// for it and the other subscribers keep receiving.
+#[tokio::test(start_paused = true)]
+async fn stalled_subscriber_is_detached() {
+    let bus = Bus::builder().capacity(4).build();
+    let stuck_log = common::Log::new();
+    let logged = stuck_log.clone();
+    let stuck = bus
+        .subscribe_with(
+            "t",
+            SubscribeOptions::new()
+                .name("stuck")
+                .stall_timeout(Duration::from_secs(1)),
+            move |m: &u64| {
+                let (m, logged) = (*m, logged.clone());
+                async move {
+                    if m == 2 {
+                        std::future::pending::<()>().await;
+                    }
+                    logged.push(m);
+                }
+            },
+        )
+        .unwrap();
+    let mut healthy = recording(&bus, "t", "healthy");
+
+    // 2..6 fill the ring behind the stuck message; publishing 6 waits until the detach.
+    for m in 0..20u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    assert_eq!(
+        take(&mut healthy.handled, 20).await,
+        (0..20).collect::<Vec<_>>()
+    );
+    assert!(stuck.is_finished());
+    let stats = stuck.stats();
+    assert!(stats.detached, "{stats:?}");
+    assert!(!stats.running);
+    assert_eq!(stats.handled, 2);
+    assert_eq!(stats.lag, 0, "a detached subscriber lags nobody");
+    assert_eq!(stuck_log.snapshot(), [0, 1]);
+
+    let topic = &bus.stats().topics[0];
+    let listed = topic
+        .subscribers
+        .iter()
+        .find(|s| s.name == "stuck")
+        .unwrap();
+    assert!(listed.detached && !listed.running);
+
+    // It stays detached; the bus goes on.
+    for m in 20..40u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    assert_eq!(
+        take(&mut healthy.handled, 20).await,
+        (20..40).collect::<Vec<_>>()
+    );
+    bus.close().await;
+    assert_eq!(stuck_log.snapshot(), [0, 1]);
+}
+
+/// The builder's stall timeout applies to every subscriber; a handler that is slow but
+/// finishes within it keeps gating publishers and loses nothing.
+#[tokio::test(start_paused = true)]
+async fn slow_within_the_stall_timeout_is_not_detached() {
+    let bus = Bus::builder()
+        .capacity(2)
+        .stall_timeout(Duration::from_secs(1))
+        .build();
+    let log = common::Log::new();
+    let logged = log.clone();
+    let slow = bus
+        .subscribe("t", move |m: &u64| {
+            let (m, logged) = (*m, logged.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(900)).await;
+                logged.push(m);
+            }
+        })
+        .unwrap();
+    for m in 0..10u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    bus.close().await;
+    assert_eq!(log.snapshot(), (0..10).collect::<Vec<_>>());
+    assert!(!slow.stats().detached);
+    assert_eq!(slow.stats().handled, 10);
+
+    // A stalled one under the builder's default is detached.
+    let bus = Bus::builder()
+        .capacity(2)
+        .stall_timeout(Duration::from_secs(1))
+        .build();
+    let stuck = bus
+        .subscribe("t", |_: &u64| std::future::pending::<()>())
+        .unwrap();
+    for m in 0..10u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    assert!(stuck.stats().detached);
+    bus.close().await;
+}
+
+/// A payload whose every word is derived from its sequence number: a handler can tell if the
+/// slot it reads is being overwritten under it.
+struct Payload {
+    publisher: u64,
+    seq: u64,
+    words: [u64; 16],
+}
+
+impl Payload {
+    fn new(publisher: u64, seq: u64) -> Self {
+        let mut words = [0; 16];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = (publisher << 32 | seq).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64;
+        }
+        Payload {
+            publisher,
+            seq,
+            words,
+        }
+    }
+
+    fn intact(&self) -> bool {
+        self.words == Payload::new(self.publisher, self.seq).words
+    }
+}
+
+/// Holds the message it is given across yields and checks it at every step. Failures are
+/// counted, not panicked (the bus catches handler panics).
+struct Verify {
+    torn: Arc<AtomicU64>,
+    out_of_order: Arc<AtomicU64>,
+    handled: Arc<AtomicU64>,
+    /// The next sequence number expected from each publisher.
+    next: std::sync::Mutex<Vec<u64>>,
+    /// Never finishes its handler call on the first message with this `seq % 101`.
+    stuck_at: Option<u64>,
+}
+
+impl Verify {
+    fn new(torn: &Arc<AtomicU64>, stuck_at: Option<u64>) -> (Self, Arc<AtomicU64>) {
+        let handled = Arc::new(AtomicU64::new(0));
+        let v = Verify {
+            torn: torn.clone(),
+            out_of_order: torn.clone(),
+            handled: handled.clone(),
+            next: std::sync::Mutex::new(vec![0; PUBLISHERS as usize]),
+            stuck_at,
+        };
+        (v, handled)
+    }
+}
+
+impl Handler<Payload> for Verify {
+    async fn call(&self, msg: &Payload) -> Result<(), HandlerError> {
+        let (publisher, seq) = (msg.publisher, msg.seq);
+        if !msg.intact() {
+            self.torn.fetch_add(1, SeqCst);
+        }
+        {
+            let mut next = self.next.lock().unwrap();
+            let expected = &mut next[publisher as usize];
+            if seq != *expected {
+                self.out_of_order.fetch_add(1, SeqCst);
+            }
+            *expected = seq + 1;
+        }
+        if self.stuck_at == Some(seq % 101) {
+            std::future::pending::<()>().await;
+        }
+        let mut rng = Rng::new(seq ^ publisher << 40);
+        for _ in 0..rng.below(4) {
+            tokio::task::yield_now().await;
+            if msg.publisher != publisher || msg.seq != seq || !msg.intact() {
+                self.torn.fetch_add(1, SeqCst);
+            }
+        }
+        self.handled.fetch_add(1, SeqCst);
+        Ok(())
+    }
+}
+
+const PUBLISHERS: u64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_handler_sees_a_slot_being_overwritten() {
+    const N: u64 = 3_000;
+    let bus = Bus::builder().capacity(8).build();
+    let torn = Arc::new(AtomicU64::new(0));
+    let mut keepers = Vec::new();
+    for i in 0..3 {
+        let (v, handled) = Verify::new(&torn, None);
+        let sub = bus
+            .subscribe_with("p", SubscribeOptions::new().name(format!("v{i}")), v)
+            .unwrap();
+        keepers.push((sub, handled));
+    }
+    // These get stuck on some message and are detached (real time, but nothing waits on a
+    // clock: the publishers simply complete once the detach has happened).
+    let mut stalled = Vec::new();
+    for i in 0..2 {
+        let (v, _) = Verify::new(&torn, Some(17 + i));
+        let options = SubscribeOptions::new()
+            .name(format!("stalls{i}"))
+            .stall_timeout(Duration::from_millis(5));
+        stalled.push(bus.subscribe_with("p", options, v).unwrap());
+    }
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            let topic = bus.topic::<Payload>("p").unwrap();
+            tokio::spawn(async move {
+                for seq in 0..N {
+                    topic.publish(Payload::new(p, seq)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in publishers {
+        p.await.unwrap();
+    }
+    bus.close().await;
+    assert_eq!(
+        torn.load(SeqCst),
+        0,
+        "a handler saw a torn or reordered payload"
+    );
+    for (sub, handled) in keepers {
+        assert_eq!(handled.load(SeqCst), PUBLISHERS * N, "{}", sub.name());
+        let stats = sub.stats();
+        assert_eq!((stats.panics, stats.errors, stats.detached), (0, 0, false));
+    }
+    for sub in stalled {
+        let stats = sub.stats();
+        assert!(stats.detached, "{stats:?}");
+        assert!(stats.handled < PUBLISHERS * N);
+    }
+}

@@ -1,0 +1,370 @@
+//! Guarantee 8, subscribe at any time: a subscriber sees the messages published after
+//! `subscribe` returned; `unsubscribe` handles what was queued and stops, releasing a
+//! publisher that waited on it. Also unbuffered topics (capacity 0) and batch subscribers.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+use common::{gated, recording, take, Gate, Log};
+use ringbus::{Batch, Bus, Error, SubscribeOptions, Subscription};
+use tokio::sync::mpsc;
+use tokio_test::{assert_pending, assert_ready_ok, task};
+
+#[tokio::test]
+async fn a_subscriber_sees_exactly_what_is_published_after_it_subscribed() {
+    let bus = Bus::builder().capacity(4).build();
+    let topic = bus.topic::<u64>("t").unwrap();
+    for m in 0..5u64 {
+        bus.publish("t", m).await.unwrap(); // nobody listens: these go nowhere
+    }
+    let first = recording(&bus, "t", "first");
+    for m in 5..10u64 {
+        topic.publish(m).await.unwrap();
+    }
+    let second_log = Log::new();
+    let logged = second_log.clone();
+    let second = topic
+        .subscribe(SubscribeOptions::new().name("second"), move |m: &u64| {
+            let (m, logged) = (*m, logged.clone());
+            async move { logged.push(m) }
+        })
+        .unwrap();
+    for m in 10..15u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    bus.close().await;
+    assert_eq!(first.log.snapshot(), (5..15).collect::<Vec<_>>());
+    assert_eq!(second_log.snapshot(), (10..15).collect::<Vec<_>>());
+    assert_eq!(second.stats().handled, 5);
+}
+
+/// Subscribing while a publisher runs: the subscriber gets a gapless run of the sequence,
+/// starting no earlier than the first publish that had not completed when `subscribe` was
+/// called and no later than the first publish that began after it returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subscribing_while_a_publisher_runs() {
+    const N: u64 = 20_000;
+    let bus = Bus::builder().capacity(16).build();
+    // A subscriber from the start that yields on every message, so the publisher is still
+    // running while the late ones join.
+    let _pace = bus
+        .subscribe("t", |_: &u64| tokio::task::yield_now())
+        .unwrap();
+    let begun = Arc::new(AtomicU64::new(0));
+    let completed = Arc::new(AtomicU64::new(0));
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let publisher = {
+        let (begun, completed) = (begun.clone(), completed.clone());
+        let topic = bus.topic::<u64>("t").unwrap();
+        tokio::spawn(async move {
+            for m in 0..N {
+                begun.store(m + 1, SeqCst);
+                topic.publish(m).await.unwrap();
+                completed.store(m + 1, SeqCst);
+                if m == 100 {
+                    let _ = tx.send(());
+                }
+            }
+        })
+    };
+    started.recv().await.unwrap();
+    let mut windows = Vec::new();
+    for i in 0..5 {
+        let before = completed.load(SeqCst);
+        let rec = recording(&bus, "t", &format!("late{i}"));
+        // Every publish of a message numbered `after` or higher began after subscribe returned.
+        let after = begun.load(SeqCst);
+        windows.push((before, after, rec));
+        tokio::task::yield_now().await;
+    }
+    publisher.await.unwrap();
+    bus.close().await;
+    for (before, after, rec) in windows {
+        let got = rec.log.snapshot();
+        // Nothing at all is right only if every publish began before subscribe returned.
+        let first = got.first().copied().unwrap_or(N);
+        assert!(
+            before <= first && first <= after,
+            "{}: started at {first}, outside {before}..={after}",
+            rec.sub.name()
+        );
+        assert!(got.iter().copied().eq(first..N), "{}: gaps", rec.sub.name());
+    }
+}
+
+#[tokio::test]
+async fn unsubscribe_handles_what_was_queued_then_stops() {
+    let bus = Bus::builder().capacity(8).build();
+    let gate = Gate::closed();
+    let mut slow = gated(&bus, "t", "leaving", &gate);
+    let stays = recording(&bus, "t", "stays");
+    for m in 0..5u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    assert_eq!(slow.entered.recv().await, Some(0));
+    let mut leaving = task::spawn(slow.sub.unsubscribe());
+    assert_pending!(leaving.poll()); // the request is made; it waits for the queue
+    for m in 5..7u64 {
+        bus.publish("t", m).await.unwrap(); // after the request: not for the leaver
+    }
+    gate.open();
+    leaving.await;
+    assert_eq!(slow.log.snapshot(), [0, 1, 2, 3, 4]);
+    let listed = bus.stats().topics[0].subscribers.clone();
+    let left = listed.iter().find(|s| s.name == "leaving").unwrap();
+    assert!(!left.running && left.handled == 5, "{left:?}");
+
+    bus.close().await;
+    assert_eq!(stays.log.snapshot(), (0..7).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn unsubscribe_releases_a_publisher_waiting_on_that_subscriber() {
+    let bus = Bus::builder().capacity(2).build();
+    let gate = Gate::closed();
+    let mut slow = gated(&bus, "t", "slow", &gate);
+    let mut fast = recording(&bus, "t", "fast");
+    bus.publish("t", 0u64).await.unwrap();
+    bus.publish("t", 1u64).await.unwrap();
+    assert_eq!(take(&mut fast.handled, 2).await, [0, 1]);
+    assert_eq!(slow.entered.recv().await, Some(0));
+
+    let mut waiting = task::spawn(bus.publish("t", 2u64));
+    assert_pending!(waiting.poll());
+    let mut leaving = task::spawn(slow.sub.unsubscribe());
+    assert_pending!(leaving.poll());
+    assert_pending!(waiting.poll());
+    // It may finish its queue (two messages), no more: once it is through, it leaves.
+    gate.release(2);
+    leaving.await;
+    assert!(
+        waiting.is_woken(),
+        "the leaving subscriber did not release the publisher"
+    );
+    assert_ready_ok!(waiting.poll());
+    // Nothing gates the topic but the fast subscriber now, though the gate stays shut.
+    for m in 3..20u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    bus.close().await;
+    assert_eq!(slow.log.snapshot(), [0, 1]);
+    assert_eq!(fast.log.snapshot(), (0..20).collect::<Vec<_>>());
+}
+
+/// A handler that unsubscribes its own subscriber: the request is made, the handler goes on
+/// (no waiting for itself), and the subscriber stops after what was published by then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_from_its_own_handler() {
+    let bus = Bus::builder().capacity(4).build();
+    let own: Arc<Mutex<Option<Subscription>>> = Arc::default();
+    let log = Log::new();
+    let (mine, logged) = (own.clone(), log.clone());
+    let (tx, mut unsubscribed) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe_with(
+            "t",
+            SubscribeOptions::new().name("quitter"),
+            move |m: &u64| {
+                let (m, logged, tx) = (*m, logged.clone(), tx.clone());
+                let sub = if m == 3 {
+                    mine.lock().unwrap().take()
+                } else {
+                    None
+                };
+                async move {
+                    if let Some(sub) = sub {
+                        sub.unsubscribe().await;
+                        let _ = tx.send(());
+                    }
+                    logged.push(m);
+                }
+            },
+        )
+        .unwrap();
+    *own.lock().unwrap() = Some(sub);
+    let witness = recording(&bus, "t", "witness");
+    for m in 0..50u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    unsubscribed.recv().await.unwrap();
+    bus.close().await;
+    let got = log.snapshot();
+    assert!(got.len() >= 4 && got.len() < 50, "{got:?}");
+    assert!(got.iter().copied().eq(0..got.len() as u64), "{got:?}");
+    assert_eq!(witness.log.len(), 50);
+    let listed = bus.stats().topics[0].subscribers.clone();
+    assert!(listed.iter().all(|s| !s.running), "{listed:?}");
+}
+
+/// A subscriber of an unbuffered topic whose handler reports when it starts and when it is
+/// done with each message, and waits for `gate` in between.
+fn unbuffered_sub(
+    bus: &Bus,
+    name: &str,
+    gate: &Gate,
+) -> (
+    Subscription,
+    mpsc::UnboundedReceiver<u64>,
+    mpsc::UnboundedReceiver<u64>,
+) {
+    let (entered_tx, entered) = mpsc::unbounded_channel();
+    let (done_tx, done) = mpsc::unbounded_channel();
+    let gate = gate.clone();
+    let sub = bus
+        .subscribe_with(
+            "u",
+            SubscribeOptions::new().name(name).capacity(0),
+            move |m: &u64| {
+                let (m, gate, entered_tx, done_tx) =
+                    (*m, gate.clone(), entered_tx.clone(), done_tx.clone());
+                async move {
+                    let _ = entered_tx.send(m);
+                    gate.pass().await;
+                    let _ = done_tx.send(m);
+                }
+            },
+        )
+        .unwrap();
+    (sub, entered, done)
+}
+
+#[tokio::test]
+async fn unbuffered_publish_completes_once_every_subscriber_handled_it() {
+    let bus = Bus::builder().capacity(0).build();
+    // With nobody subscribed, an unbuffered publish has nobody to wait for.
+    bus.publish("nobody", 1u64).await.unwrap();
+    bus.publish("nobody", 2u64).await.unwrap();
+    let (ga, gb) = (Gate::closed(), Gate::closed());
+    let (_a, mut a_in, mut a_done) = unbuffered_sub(&bus, "a", &ga);
+    let (_b, mut b_in, mut b_done) = unbuffered_sub(&bus, "b", &gb);
+    assert_eq!(
+        bus.stats()
+            .topics
+            .iter()
+            .find(|t| t.name == "u")
+            .unwrap()
+            .capacity,
+        0
+    );
+
+    let mut publish = task::spawn(bus.publish("u", 7u64));
+    assert_pending!(publish.poll());
+    assert_eq!((a_in.recv().await, b_in.recv().await), (Some(7), Some(7)));
+    assert_pending!(publish.poll());
+    ga.release(1);
+    assert_eq!(a_done.recv().await, Some(7));
+    assert_pending!(publish.poll()); // b has not handled it yet
+    assert!(matches!(
+        bus.try_publish("u", 8u64),
+        Err(ringbus::PublishError::Full(8))
+    ));
+    gb.release(1);
+    assert_eq!(b_done.recv().await, Some(7));
+    assert!(publish.is_woken());
+    assert_ready_ok!(publish.poll());
+
+    // Each publish in turn waits for both.
+    ga.open();
+    gb.open();
+    for m in 0..20u64 {
+        bus.publish("u", m).await.unwrap();
+        assert_eq!(
+            a_done.try_recv(),
+            Ok(m),
+            "publish returned before a handled {m}"
+        );
+        assert_eq!(
+            b_done.try_recv(),
+            Ok(m),
+            "publish returned before b handled {m}"
+        );
+    }
+    bus.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_subscribers_get_everything_in_order() {
+    const N: u64 = 20_000;
+    let bus = Bus::builder().capacity(16).build();
+    let mut subs = Vec::new();
+    for i in 0..3 {
+        let batches: Log<Vec<u64>> = Log::new();
+        let logged = batches.clone();
+        let sub = bus
+            .subscribe_batch(
+                "t",
+                SubscribeOptions::new().name(format!("batch{i}")),
+                move |batch: Batch<'_, u64>| {
+                    logged.push(batch.iter().copied().collect());
+                    async move {
+                        if i == 1 {
+                            tokio::task::yield_now().await; // a slower one
+                        }
+                    }
+                },
+            )
+            .unwrap();
+        subs.push((sub, batches));
+    }
+    let single = recording(&bus, "t", "single");
+    let topic = bus.topic::<u64>("t").unwrap();
+    let mut m = 0;
+    while m < N {
+        if m % 7 == 0 {
+            let end = (m + 1 + m % 13).min(N);
+            bus.publish_batch("t", m..end).await.unwrap();
+            m = end;
+        } else {
+            topic.publish(m).await.unwrap();
+            m += 1;
+        }
+    }
+    bus.close().await;
+    for (sub, batches) in subs {
+        let batches = batches.snapshot();
+        assert!(batches.iter().all(|b| !b.is_empty() && b.len() <= 16));
+        let all: Vec<u64> = batches.into_iter().flatten().collect();
+        assert!(
+            all.iter().copied().eq(0..N),
+            "{} lost or reordered",
+            sub.name()
+        );
+        assert_eq!(sub.stats().handled, N);
+    }
+    assert_eq!(single.log.len() as u64, N);
+}
+
+#[tokio::test]
+async fn subscribe_errors() {
+    let bus = Bus::builder().capacity(8).max_subscribers(2).build();
+    let a = bus.subscribe("t", |_: &u64| async {}).unwrap();
+    let _b = bus.subscribe("t", |_: &u64| async {}).unwrap();
+    match bus.subscribe("t", |_: &u64| async {}) {
+        Err(Error::TooManySubscribers { topic, max }) => {
+            assert_eq!((&*topic, max), ("t", 2));
+        }
+        other => panic!("expected TooManySubscribers, got {other:?}"),
+    }
+    a.unsubscribe().await; // its place is free again
+    let _c = bus.subscribe("t", |_: &u64| async {}).unwrap();
+
+    let err = bus
+        .subscribe_with("t", SubscribeOptions::new().capacity(64), |_: &u64| async {
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::CapacityMismatch {
+                capacity: 8,
+                requested: 64,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("\"t\""), "{err}");
+    bus.close().await;
+}
