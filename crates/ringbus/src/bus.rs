@@ -178,8 +178,13 @@ impl Default for BusBuilder {
 
 impl BusBuilder {
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
-    /// default 1024). 0 makes topics unbuffered: a publish completes once every subscriber
-    /// has handled the message.
+    /// default 1024).
+    ///
+    /// 0 makes topics unbuffered: a publish waits for room (cancellable, all or nothing, as
+    /// on any topic), puts the message in, then waits until every subscriber has handled it.
+    /// Once the message is in it is published: that second wait ends early only if the bus
+    /// closes, a `Context` no longer applies to it, and dropping the future there does not
+    /// take the message back (every subscriber still handles it, exactly once).
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
@@ -512,12 +517,12 @@ impl Bus {
     /// may still publish while the bus drains, so a chain of topics (a handler publishing its
     /// result, as `#[subscriber(.., publish(..))]` does) runs to its end. `close` returns once
     /// every accepted message has been handled by every subscriber and every subscriber task
-    /// has finished. Idempotent.
+    /// has finished. Idempotent: every caller waits for the same drain.
     ///
-    /// Called from inside a handler, it does not wait for that handler's own subscriber
-    /// (which cannot finish while its handler waits), nor for subscribers whose handlers are
-    /// in `close` themselves; those drain after their handlers return (a `close` from outside
-    /// the handlers waits for them).
+    /// Called from inside a handler, it starts the drain and returns at once: a handler cannot
+    /// wait for a drain that needs it to return first (its own subscriber, or handlers that
+    /// wait for room it would make). The drain goes on in the background; `close` from
+    /// outside the handlers waits for it.
     ///
     /// # Cancel safety
     ///
@@ -530,6 +535,9 @@ impl Bus {
     /// [`close`](Self::close) bounded by `ctx`: if it ends first, the subscribers still
     /// running are aborted and the report says what each left unhandled.
     ///
+    /// From inside a handler, as [`close`](Self::close): the drain starts in the background
+    /// (unbounded) and the report says `complete: false` with nothing listed.
+    ///
     /// # Cancel safety
     ///
     /// As [`close`](Self::close).
@@ -539,57 +547,17 @@ impl Bus {
             tracing::debug!("ringbus closing");
         }
         state.closing.cancel();
-        let me = CURRENT_SUBSCRIBER.try_with(|id| *id).ok();
-        if let Some(me) = me {
-            // Closing from a handler: other closers must not wait for this subscriber (nor it
-            // for them). Wake any that wait in step 1 below, so they look again.
-            for topic in self.topics() {
-                for sub in topic.subscribers() {
-                    if sub.id == me {
-                        sub.closing.cancel();
-                    }
-                }
-            }
-            state.progress.notify_waiters();
+        if CURRENT_SUBSCRIBER.try_with(|_| ()).is_ok() {
+            let bus = self.clone();
+            tokio::spawn(async move { bus.drain().await });
+            return CloseReport {
+                complete: false,
+                unfinished: Vec::new(),
+            };
         }
-        let drained = async {
-            // 1. Wait until every subscriber has caught up with its topic and none is in a
-            //    handler (which could still publish): nothing is in flight any more.
-            state.close_waiting.store(true, Ordering::Relaxed);
-            loop {
-                let progress = state.progress.notified();
-                let mut progress = std::pin::pin!(progress);
-                progress.as_mut().enable();
-                // Pairs with the light fence in `BusState::progressed`.
-                ringbus_core::__private::heavy_fence();
-                if self.quiescent(me) {
-                    break;
-                }
-                progress.await;
-            }
-            // 2. Close every ring: the subscribers read what is left, then end.
-            let topics = self.topics();
-            for topic in &topics {
-                topic.close().await;
-            }
-            // 3. Wait for every subscriber task (from a handler: but those whose handlers
-            //    are in `close` too).
-            for topic in &topics {
-                for sub in topic.subscribers() {
-                    if me.is_none() {
-                        sub.done.cancelled().await;
-                    } else if Some(sub.id) != me {
-                        tokio::select! {
-                            _ = sub.done.cancelled() => {}
-                            _ = sub.closing.cancelled() => {}
-                        }
-                    }
-                }
-            }
-        };
         let complete = tokio::select! {
             biased;
-            _ = drained => true,
+            _ = self.drain() => true,
             _ = ctx.done() => false,
         };
         if complete {
@@ -601,10 +569,9 @@ impl Bus {
         let topics = self.topics();
         let mut unfinished = Vec::new();
         for topic in &topics {
-            // The subscriber closing from its handler is neither reported nor aborted.
-            unfinished.extend(topic.unhandled(me));
+            unfinished.extend(topic.unhandled());
             for sub in topic.subscribers() {
-                if Some(sub.id) != me && !sub.done.is_cancelled() {
+                if !sub.done.is_cancelled() {
                     if let Some(abort) = sub.abort.get() {
                         abort.abort();
                     }
@@ -624,24 +591,50 @@ impl Bus {
         }
     }
 
+    /// The drain of `close`: wait for quiescence, close the rings, wait for the tasks.
+    async fn drain(&self) {
+        let state = &self.inner.state;
+        // 1. Wait until every subscriber has caught up with its topic and none is in a handler
+        //    (which could still publish): nothing is in flight any more.
+        state.close_waiting.store(true, Ordering::Relaxed);
+        loop {
+            let progress = state.progress.notified();
+            let mut progress = std::pin::pin!(progress);
+            progress.as_mut().enable();
+            // Pairs with the light fence in `BusState::progressed`.
+            ringbus_core::__private::heavy_fence();
+            if self.quiescent() {
+                break;
+            }
+            progress.await;
+        }
+        // 2. Close every ring: the subscribers read what is left, then end.
+        let topics = self.topics();
+        for topic in &topics {
+            topic.close().await;
+        }
+        // 3. Wait for every subscriber task.
+        for topic in &topics {
+            for sub in topic.subscribers() {
+                sub.done.cancelled().await;
+            }
+        }
+    }
+
     /// True when every running subscriber has handled everything published to its topic, so
-    /// none is in a handler, and nothing was published meanwhile. Called from a handler
-    /// (`except` is its subscriber), it leaves out that subscriber and those whose handlers
-    /// are in `close` too: they cannot finish before their `close` returns.
+    /// none is in a handler, and nothing was published meanwhile.
     ///
     /// One pass is not enough: a handler of a topic checked later may publish to a topic
     /// checked earlier and then finish. Any such publish changes the counts, so the pass
     /// counts only if the counts did not move across it.
-    fn quiescent(&self, except: Option<u64>) -> bool {
+    fn quiescent(&self) -> bool {
         let topics = self.topics();
         let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();
         let caught_up = topics.iter().zip(&before).all(|(topic, &published)| {
-            topic.subscribers().iter().all(|sub| {
-                Some(sub.id) == except
-                    || sub.done.is_cancelled()
-                    || (except.is_some() && sub.closing.is_cancelled())
-                    || sub.position() >= published
-            })
+            topic
+                .subscribers()
+                .iter()
+                .all(|sub| sub.done.is_cancelled() || sub.position() >= published)
         });
         let after: Vec<u64> = self.topics().iter().map(|t| t.published()).collect();
         caught_up && before == after

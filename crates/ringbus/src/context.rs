@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 /// A context built from a [`CancellationToken`] lets a service's existing shutdown tree cancel
 /// publishes. Dropping a publish future cancels it as well, without any context.
 ///
-/// Deadlines use tokio's timer: a publish with a deadline must run on a runtime with time
-/// enabled (`#[tokio::main]` and `Builder::enable_all` do that).
+/// Deadlines use tokio's timer inside a runtime (which must have time enabled:
+/// `#[tokio::main]` and `Builder::enable_all` do that) and a helper thread outside any runtime.
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,10 +46,7 @@ impl Context {
 
     /// Ends `timeout` from now (or earlier, if it already had an earlier deadline).
     ///
-    /// # Panics
-    ///
-    /// Outside a tokio runtime with time enabled (this reads tokio's clock, which may be
-    /// paused in tests).
+    /// Reads tokio's clock, so in tests with paused time the deadline follows that clock.
     pub fn with_timeout(self, timeout: Duration) -> Self {
         let deadline = Instant::now().checked_add(timeout);
         match deadline {
@@ -98,14 +95,91 @@ impl Context {
     pub async fn done(&self) {
         match (self.deadline, &self.token) {
             (None, None) => std::future::pending().await,
-            (Some(d), None) => tokio::time::sleep_until(d).await,
+            (Some(d), None) => sleep_until(d).await,
             (None, Some(t)) => t.cancelled().await,
             (Some(d), Some(t)) => {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(d) => {}
+                    _ = sleep_until(d) => {}
                     _ = t.cancelled() => {}
                 }
             }
+        }
+    }
+}
+
+/// Waits until `deadline`: on tokio's timer inside a runtime, on a helper thread outside one
+/// (a publish with a deadline from a plain thread must not panic).
+async fn sleep_until(deadline: Instant) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep_until(deadline).await;
+    } else {
+        off_runtime::Sleep::new(deadline.into_std()).await;
+    }
+}
+
+mod off_runtime {
+    //! A deadline without a runtime: a helper thread sleeps and wakes the task. Only used when
+    //! a publish with a deadline has to wait outside any tokio runtime.
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+    use std::time::Instant;
+
+    #[derive(Default)]
+    struct State {
+        fired: bool,
+        waker: Option<Waker>,
+    }
+
+    pub(super) struct Sleep {
+        deadline: Instant,
+        state: Option<Arc<Mutex<State>>>,
+    }
+
+    impl Sleep {
+        pub(super) fn new(deadline: Instant) -> Self {
+            Self {
+                deadline,
+                state: None,
+            }
+        }
+    }
+
+    impl Future for Sleep {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if Instant::now() >= self.deadline {
+                return Poll::Ready(());
+            }
+            let deadline = self.deadline;
+            let state = self.state.get_or_insert_with(|| {
+                let state = Arc::new(Mutex::new(State::default()));
+                let timer = state.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("ringbus-deadline".into())
+                    .spawn(move || {
+                        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                        let mut s = timer.lock().unwrap_or_else(|e| e.into_inner());
+                        s.fired = true;
+                        if let Some(w) = s.waker.take() {
+                            w.wake();
+                        }
+                    });
+                if spawned.is_err() {
+                    // No thread for the timer: end the wait now rather than never.
+                    state.lock().unwrap_or_else(|e| e.into_inner()).fired = true;
+                }
+                state
+            });
+            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.fired {
+                return Poll::Ready(());
+            }
+            s.waker = Some(cx.waker().clone());
+            Poll::Pending
         }
     }
 }

@@ -22,7 +22,8 @@ pub struct TopicStats {
     pub capacity: usize,
     /// Messages published so far.
     pub published: u64,
-    /// Its subscribers, finished ones included, in subscription order.
+    /// Its subscribers in subscription order: the running ones, and those that finished since
+    /// the last subscribe to this topic.
     pub subscribers: Vec<SubscriberStats>,
 }
 

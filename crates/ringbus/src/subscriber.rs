@@ -58,10 +58,6 @@ pub(crate) struct SubShared {
     waker: AtomicWaker,
     /// Cancelled when the task has ended (for whatever reason).
     pub(crate) done: CancellationToken,
-    /// Cancelled when this subscriber's handler calls `Bus::close`: other closers do not wait
-    /// for it (its task cannot end while its handler waits in `close`, so two handlers closing
-    /// at once would wait for each other forever).
-    pub(crate) closing: CancellationToken,
     /// Set right after spawning.
     pub(crate) abort: OnceLock<AbortHandle>,
     stall_timeout: Option<Duration>,
@@ -89,7 +85,6 @@ impl SubShared {
             stop_at: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
             done: CancellationToken::new(),
-            closing: CancellationToken::new(),
             abort: OnceLock::new(),
             stall_timeout,
         }

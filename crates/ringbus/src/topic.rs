@@ -38,8 +38,8 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn stats(&self) -> TopicStats;
     /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-    /// Subscribers still running (except `except`) and what they have not handled.
-    fn unhandled(&self, except: Option<u64>) -> Vec<Unhandled>;
+    /// Subscribers still running with messages left, and how many.
+    fn unhandled(&self) -> Vec<Unhandled>;
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
@@ -267,7 +267,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             reader.position(),
             options.stall_timeout.or(self.state.stall_timeout),
         ));
-        self.lock_subscribers().push(sub.clone());
+        {
+            // Finished subscribers are kept for `stats()` only until the next subscribe, so
+            // churn does not grow the list without bound.
+            let mut subscribers = self.lock_subscribers();
+            subscribers.retain(|s| !s.done.is_cancelled());
+            subscribers.push(sub.clone());
+        }
         let handle = runtime.spawn(CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())));
         let _ = sub.abort.set(handle.abort_handle());
         tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
@@ -337,11 +343,11 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         })
     }
 
-    fn unhandled(&self, except: Option<u64>) -> Vec<Unhandled> {
+    fn unhandled(&self) -> Vec<Unhandled> {
         let published = self.published();
         self.subscribers()
             .iter()
-            .filter(|s| !s.done.is_cancelled() && Some(s.id) != except)
+            .filter(|s| !s.done.is_cancelled())
             .map(|s| Unhandled {
                 topic: self.name.to_string(),
                 subscriber: s.name.to_string(),
