@@ -35,19 +35,21 @@ fn loom_publish_wakes_parked_reader() {
     });
 }
 
-/// A writer that would lap the reader parks, and is woken when the reader releases a slot.
+/// A writer that would lap the reader parks, and is woken when the reader releases a slot;
+/// the second wait runs on the registration the first one paid for.
 #[test]
 fn loom_full_writer_is_woken() {
     loom::model(|| {
         let (mut writer, stage) = ring(1);
         let mut reader = stage.reader().unwrap();
         let t = thread::spawn(move || {
-            for i in 0..2 {
+            for i in 0..3 {
                 assert_eq!(*block_on(reader.recv()).unwrap(), i);
             }
         });
-        block_on(writer.publish(0));
-        block_on(writer.publish(1)); // full until the reader releases 0
+        for i in 0..3 {
+            block_on(writer.publish(i)); // full until the reader releases the one before
+        }
         t.join().unwrap();
         assert!(!writer.writer_parked());
     });
@@ -102,8 +104,8 @@ fn loom_close_wakes_parked_reader() {
 }
 
 /// A reader that was parked and woken, but whose future is dropped before it runs again,
-/// leaves no park behind (the writer's fast path is clean again) and loses nothing: the next
-/// `recv` returns the item the wake-up was for.
+/// leaves no park behind and loses nothing: the next `recv` returns the item the wake-up was
+/// for.
 #[test]
 fn loom_dropped_woken_future_passes_on() {
     loom::model(|| {
@@ -120,14 +122,14 @@ fn loom_dropped_woken_future_passes_on() {
             if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
                 assert_eq!(*r.unwrap(), 7);
                 let writer = t.join().unwrap();
-                assert_eq!(writer.writer_watchers(), 0);
+                assert_eq!(writer.parked_readers(), 0);
                 return;
             }
             // Pending and parked: dropped here, woken or not.
         }
         let writer = t.join().unwrap();
         assert_eq!(*block_on(reader.recv()).unwrap(), 7);
-        assert_eq!(writer.writer_watchers(), 0);
+        assert_eq!(writer.parked_readers(), 0);
     });
 }
 
@@ -185,10 +187,15 @@ fn futures_noop_waker() -> std::task::Waker {
 
 impl<T> crate::Writer<T> {
     fn writer_parked(&self) -> bool {
-        self.shared().writer_parked.load(Ordering::SeqCst)
+        self.shared().writer_wants.load(Ordering::SeqCst) != 0
     }
 
-    fn writer_watchers(&self) -> usize {
-        self.shared().writer_watchers.load(Ordering::SeqCst)
+    /// Readers whose slot says they are parked (none should be once nobody waits).
+    fn parked_readers(&self) -> usize {
+        self.shared()
+            .groups()
+            .flat_map(|g| g.slots())
+            .filter(|slot| slot.parked_on.load(Ordering::SeqCst) != crate::registry::NOT_PARKED)
+            .count()
     }
 }

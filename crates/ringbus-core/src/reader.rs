@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, TryRecvError};
-use crate::registry::{Group, Slot, FREE};
-use crate::shared::Shared;
-use crate::sync::{spin_hint, Arc, Ordering};
+use crate::registry::{Claimed, Group, Slot, FREE};
+use crate::shared::{Shared, CALM_BEFORE_LEAVING};
+use crate::sync::{spin_hint, Arc, AtomicU32, Ordering};
 
 /// One reader of a ring: sees every item published after it joined, in order.
 ///
@@ -36,12 +36,19 @@ pub struct Reader<T> {
     group: *const Group,
     /// This reader's slot in its group; lives as long as `shared`.
     slot: *const Slot,
+    /// The `parked` word of the slot's chunk, and the slot's bit in it.
+    parked_bits: *const AtomicU32,
+    bit: u32,
     /// Next position to read (the local copy of `slot.cursor`).
     cursor: u64,
     /// Positions below this are readable without looking at the barrier again.
     available: u64,
-    /// True while `slot.parked_on` may be set by us.
+    /// True while `slot.parked_on` or our parked bit may be set.
     parked: bool,
+    /// The source we are registered on as a waiter (see `Shared`'s docs), if any.
+    registered: Option<usize>,
+    /// Refreshes in a row that found data without parking.
+    calm: u32,
 }
 
 // SAFETY: a reader hands out `&T` (so `T: Sync`) to values moved in from the writer's thread
@@ -51,15 +58,29 @@ unsafe impl<T: Send + Sync> Send for Reader<T> {}
 unsafe impl<T: Send + Sync> Sync for Reader<T> {}
 
 impl<T> Reader<T> {
-    pub(crate) fn new(shared: Arc<Shared<T>>, group: &Group, slot: &Slot, start: u64) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared<T>>,
+        group: &Group,
+        claim: Claimed<'_>,
+        start: u64,
+    ) -> Self {
         Self {
             shared,
             group,
-            slot,
+            slot: claim.slot,
+            parked_bits: claim.parked,
+            bit: claim.bit,
             cursor: start,
             available: start,
             parked: false,
+            registered: None,
+            calm: 0,
         }
+    }
+
+    fn parked_bits(&self) -> &AtomicU32 {
+        // SAFETY: chunks live as long as the ring, which `self.shared` keeps alive.
+        unsafe { &*self.parked_bits }
     }
 
     fn group(&self) -> &Group {
@@ -126,6 +147,7 @@ impl<T> Reader<T> {
             let (ready, s) = self.refresh();
             if ready {
                 self.cancel_park();
+                self.calm_down();
                 return Poll::Ready(Ok(()));
             }
             if self.is_drained() {
@@ -135,13 +157,19 @@ impl<T> Reader<T> {
             source = s;
             spin_hint();
         }
+        self.calm = 0;
         self.slot().waker.register(cx.waker());
         loop {
-            self.shared.park(self.slot(), source);
+            if self.registered != Some(source) {
+                if let Some(old) = self.registered.take() {
+                    self.shared.deregister(old);
+                }
+                self.shared.register(source);
+                self.registered = Some(source);
+            }
+            self.shared
+                .park(self.slot(), self.parked_bits(), self.bit, source);
             self.parked = true;
-            // Pairs with the light fence of whoever makes progress on `source` (after its
-            // cursor store): either it sees us parked, or we see its progress below.
-            self.shared.park_fence();
             let (ready, now) = self.refresh();
             if ready {
                 self.cancel_park();
@@ -157,16 +185,32 @@ impl<T> Reader<T> {
             // Our barrier now comes from another source: typically the last reader of the
             // upstream stage left after we looked, without seeing our park, and we now follow
             // the writer (or a stage further up). Parked on the old source, nobody would wake
-            // us: park on the new one (`park` pays the old one back) and look again.
+            // us: register and park on the new one and look again.
             source = now;
         }
     }
 
-    /// Takes back a park that was not woken.
+    /// Counts a refresh that found data without parking; after enough in a row, drops the
+    /// registration as a waiter so the source goes back to its fence-free fast path.
+    #[inline]
+    fn calm_down(&mut self) {
+        if self.registered.is_some() {
+            self.calm += 1;
+            if self.calm >= CALM_BEFORE_LEAVING {
+                if let Some(source) = self.registered.take() {
+                    self.shared.deregister(source);
+                }
+                self.calm = 0;
+            }
+        }
+    }
+
+    /// Stops waiting, if we were parked (woken or not).
     #[inline]
     fn cancel_park(&mut self) {
         if std::mem::take(&mut self.parked) {
-            self.shared.unpark(self.slot());
+            self.shared
+                .unpark(self.slot(), self.parked_bits(), self.bit);
         }
     }
 
@@ -177,7 +221,7 @@ impl<T> Reader<T> {
         // Release: pairs with the Acquire loads of our cursor by the writer (before it
         // overwrites these slots) and by downstream readers (before they read them).
         self.slot().cursor.store(self.cursor, Ordering::Release);
-        self.shared.notify_progress(self.group());
+        self.shared.notify_progress(self.group(), self.cursor);
     }
 
     /// The item at the cursor. Only valid while `cursor < available`.
@@ -266,6 +310,9 @@ impl<T> Reader<T> {
 impl<T> Drop for Reader<T> {
     fn drop(&mut self) {
         self.cancel_park();
+        if let Some(source) = self.registered.take() {
+            self.shared.deregister(source);
+        }
         // Drop our waker now rather than when the slot is reused.
         drop(self.slot().waker.take());
         // Release: our reads of the slots happen before the writer reuses them.
@@ -273,7 +320,7 @@ impl<T> Drop for Reader<T> {
         self.group().members.fetch_sub(1, Ordering::Relaxed);
         self.shared.readers.fetch_sub(1, Ordering::Relaxed);
         // Leaving is progress: the writer or a downstream stage may be waiting on us.
-        self.shared.notify_progress(self.group());
+        self.shared.notify_progress(self.group(), u64::MAX);
     }
 }
 

@@ -15,10 +15,15 @@
 //!   passes); a joiner's CAS; read by the writer (gating), by downstream readers (their barrier)
 //!   and by nobody else.
 //! - `Slot::parked_on`: the owning reader sets it when it parks; whoever wakes it clears it with
-//!   a CAS, so each park is paid back exactly once in the source's `watchers` count.
+//!   a CAS (so each park is woken at most once), the reader clears it when it stops waiting.
+//! - `Chunk::parked`: one bit per slot of the chunk, set by the owning reader when it parks and
+//!   cleared by it when it stops waiting (never by anyone else, so a bit cannot be lost to a
+//!   race). A set bit means "may be parked": wakers look only at those slots.
 //! - `Group::epoch`: bumped by every joiner before its heavy fence; downstream readers validate
 //!   their scans against it (see `Shared::barrier`).
-//! - `Group::watchers`: number of readers parked with this group as their source.
+//! - `Group::watchers`: number of readers *registered* as waiting on this group (see
+//!   `Shared`'s docs): while it is non-zero, every reader of this group that advances fences
+//!   and looks for parked readers.
 //!
 //! # The join protocol
 //!
@@ -31,7 +36,7 @@ use crossbeam_utils::CachePadded;
 use std::ptr;
 
 use crate::atomic_waker::AtomicWaker;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The value of a free slot's cursor. Never a real position (that would take centuries).
 pub(crate) const FREE: u64 = u64::MAX;
@@ -68,6 +73,8 @@ impl Slot {
 
 pub(crate) struct Chunk {
     slots: [CachePadded<Slot>; CHUNK],
+    /// Bit `i` set: the reader of `slots[i]` may be parked (see the module docs).
+    pub(crate) parked: CachePadded<AtomicU32>,
     /// The next chunk, or null. Set once, by CAS, by the joiner that grew the group.
     next: AtomicPtr<Chunk>,
 }
@@ -76,6 +83,7 @@ impl Chunk {
     fn new() -> Box<Self> {
         Box::new(Self {
             slots: std::array::from_fn(|_| CachePadded::new(Slot::new())),
+            parked: CachePadded::new(AtomicU32::new(0)),
             next: AtomicPtr::new(ptr::null_mut()),
         })
     }
@@ -90,7 +98,7 @@ pub(crate) struct Group {
     upstream: *const Group,
     /// Bumped by each joiner; downstream scans validate against it. See the module docs.
     pub(crate) epoch: CachePadded<AtomicU64>,
-    /// Readers parked with this group as their source.
+    /// Readers registered as waiting on this group (see the module docs).
     pub(crate) watchers: CachePadded<AtomicUsize>,
     /// Current members (joins minus leaves).
     pub(crate) members: AtomicUsize,
@@ -169,8 +177,36 @@ impl Group {
         (min != FREE).then_some(min)
     }
 
+    /// Every slot whose `parked` bit is set (a snapshot of the bits; Relaxed loads: the caller
+    /// fences first).
+    pub(crate) fn parked_slots(&self) -> impl Iterator<Item = &Slot> + '_ {
+        // Acquire: as in `slots`.
+        let mut chunks_left = self.high.load(Ordering::Acquire).div_ceil(CHUNK);
+        let mut chunk: *const Chunk = &*self.head;
+        let mut bits = 0u32;
+        let mut current: *const Chunk = ptr::null();
+        std::iter::from_fn(move || loop {
+            if bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                // SAFETY: `current` is a linked chunk, alive as long as the group.
+                return Some(&*unsafe { &*current }.slots[i]);
+            }
+            if chunk.is_null() || chunks_left == 0 {
+                return None;
+            }
+            // SAFETY: chunks are only freed when the group is dropped, which needs `&mut`.
+            let c = unsafe { &*chunk };
+            bits = c.parked.load(Ordering::Relaxed);
+            current = chunk;
+            chunks_left -= 1;
+            // Acquire: as in `slots`.
+            chunk = c.next.load(Ordering::Acquire);
+        })
+    }
+
     /// Claims a free slot, storing `position` in its cursor. Grows the group when full.
-    pub(crate) fn claim(&self, position: u64) -> &Slot {
+    pub(crate) fn claim(&self, position: u64) -> Claimed<'_> {
         let mut chunk: &Chunk = &self.head;
         let mut base = 0;
         loop {
@@ -184,7 +220,11 @@ impl Group {
                         .is_ok()
                 {
                     self.high.fetch_max(base + i + 1, Ordering::AcqRel);
-                    return slot;
+                    return Claimed {
+                        slot,
+                        parked: &chunk.parked,
+                        bit: 1 << i,
+                    };
                 }
             }
             base += CHUNK;
@@ -213,6 +253,13 @@ impl Group {
             }
         }
     }
+}
+
+/// A slot claimed by a joining reader, with its bit in its chunk's `parked` word.
+pub(crate) struct Claimed<'a> {
+    pub(crate) slot: &'a Slot,
+    pub(crate) parked: &'a AtomicU32,
+    pub(crate) bit: u32,
 }
 
 impl Drop for Group {

@@ -19,12 +19,30 @@
 //! # Waiting
 //!
 //! A reader that caught up parks on its *source*: the writer, or the upstream group whose
-//! readers bound it. Parking is: register the waker, set `Slot::parked_on` and count it in the
-//! source's `watchers`, [`heavy_fence`], look at the barrier once more. Progress is: store the
-//! cursor (Release), [`light_fence`], load the source's `watchers` (Relaxed) and only when it is
-//! non-zero scan for parked readers. The fence pair makes the two sides agree: either the
-//! parker sees the new cursor, or the one making progress sees the count. The writer parks the
-//! same way on `writer_parked`, which every reader checks after it advances.
+//! readers bound it. Whoever makes progress on a source (the writer publishing, a reader
+//! releasing) must wake the readers parked on it, without a lost wake-up and, in the common
+//! case where nobody waits, without a store-load fence or a read-modify-write.
+//!
+//! Waiting is *registered* per source, and registrations are sticky:
+//!
+//! - **Registering** (rare): the reader adds itself to the source's `watchers` count, then runs
+//!   [`heavy_fence`]. From then on, whoever makes progress on that source sees `watchers != 0`
+//!   (their [`light_fence`] after the cursor store pairs with that heavy fence) and takes the
+//!   slow path: a full fence, then a look at the parked bits.
+//! - **Parking** (often, once registered): register the waker, swap `Slot::parked_on` to the
+//!   source, set the slot's bit in its chunk's `parked` word, full fence, look at the barrier
+//!   once more. With the slow path's full fence on the other side, this is a plain Dekker
+//!   handshake: either the progress maker sees the bit and `parked_on`, or the parker sees the
+//!   progress. So only the first park after registering pays for `membarrier`.
+//! - **Deregistering**: a reader that found data without parking for [`CALM_BEFORE_LEAVING`]
+//!   refreshes in a row leaves `watchers`, so a ring whose readers keep up returns to the
+//!   fence-free publish path.
+//!
+//! The writer waits for room the same way: `writer_registered` is its sticky registration
+//! (readers that advance fence and look at `writer_wants` while it is set), and
+//! `writer_wants` the position the slowest reader must reach before a wake-up is worth it
+//! (a little past what the writer needs, so a full ring does not wake the writer once per
+//! released slot).
 //!
 //! # Invariants
 //!
@@ -42,17 +60,26 @@ use std::ptr;
 use crate::atomic_waker::AtomicWaker;
 use crate::registry::{Group, Slot, NOT_PARKED, WRITER_SOURCE};
 use crate::sync::{
-    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU64, AtomicUsize, Ordering,
+    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
+
+/// Refreshes in a row that found data without parking before a reader (or the writer) drops
+/// its registration as a waiter.
+pub(crate) const CALM_BEFORE_LEAVING: u32 = 64;
 
 pub(crate) struct Shared<T> {
     /// One past the last published position. Written only by the writer (Release, after the
     /// slot write); read with Acquire by first-stage readers.
     pub(crate) cursor: CachePadded<AtomicU64>,
-    /// Readers parked on the writer. Read (Relaxed, after `light_fence`) on every publish.
+    /// Readers registered as waiting on the writer. Read (Relaxed, after `light_fence`) on
+    /// every publish.
     pub(crate) writer_watchers: CachePadded<AtomicUsize>,
-    /// The writer waits for room. Read (Relaxed, after `light_fence`) on every reader advance.
-    pub(crate) writer_parked: CachePadded<AtomicBool>,
+    /// The writer's sticky registration as a waiter for room; read (Relaxed, after
+    /// `light_fence`) on every reader advance. Set and cleared by the writer only.
+    pub(crate) writer_registered: CachePadded<AtomicBool>,
+    /// While the writer is parked: the position the slowest reader must reach to wake it;
+    /// 0 when it is not parked. Set by the writer, cleared by whoever wakes it (CAS).
+    pub(crate) writer_wants: CachePadded<AtomicU64>,
     /// The writer's task, while it waits for room.
     pub(crate) writer_waker: AtomicWaker,
     /// Set (Release) once the writer is gone, after its last cursor store.
@@ -106,7 +133,8 @@ impl<T> Shared<T> {
         Self {
             cursor: CachePadded::new(AtomicU64::new(0)),
             writer_watchers: CachePadded::new(AtomicUsize::new(0)),
-            writer_parked: CachePadded::new(AtomicBool::new(false)),
+            writer_registered: CachePadded::new(AtomicBool::new(false)),
+            writer_wants: CachePadded::new(AtomicU64::new(0)),
             writer_waker: AtomicWaker::new(),
             closed: AtomicBool::new(false),
             root,
@@ -251,62 +279,66 @@ impl<T> Shared<T> {
             .map(|g| &*g.watchers)
     }
 
-    /// Marks `slot` as parked on `source` (counting it there), clearing an earlier park on
-    /// another source. The caller runs [`heavy_fence`] next, then looks again.
-    pub(crate) fn park(&self, slot: &Slot, source: usize) {
-        let previous = slot.parked_on.swap(source, Ordering::AcqRel);
-        if previous == source {
-            return;
-        }
+    /// Registers a reader as waiting on `source` (see the module docs). Pays the heavy fence.
+    pub(crate) fn register(&self, source: usize) {
         if let Some(w) = self.watchers(source) {
-            w.fetch_add(1, Ordering::AcqRel);
+            w.fetch_add(1, Ordering::SeqCst);
         }
-        if previous != NOT_PARKED {
-            // We took the earlier park back before anybody woke it: pay it back.
-            if let Some(w) = self.watchers(previous) {
-                w.fetch_sub(1, Ordering::AcqRel);
-            }
+        // Pairs with the light fence of whoever makes progress on `source`: from here on, they
+        // see the count and take the slow path.
+        heavy_fence();
+    }
+
+    /// Takes back a registration.
+    pub(crate) fn deregister(&self, source: usize) {
+        if let Some(w) = self.watchers(source) {
+            w.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Takes a park back without being woken (the reader found data after all, or stopped
-    /// waiting). Harmless if a waker got there first.
-    pub(crate) fn unpark(&self, slot: &Slot) {
-        let previous = slot.parked_on.swap(NOT_PARKED, Ordering::AcqRel);
-        if previous != NOT_PARKED {
-            if let Some(w) = self.watchers(previous) {
-                w.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+    /// Marks `slot` parked on `source`, with its bit, then fences. The caller is registered on
+    /// `source` and looks at the barrier once more next.
+    pub(crate) fn park(&self, slot: &Slot, parked: &AtomicU32, bit: u32, source: usize) {
+        slot.parked_on.swap(source, Ordering::SeqCst);
+        parked.fetch_or(bit, Ordering::SeqCst);
+        // Pairs with the full fence in `wake_source`: either the waker sees our bit and
+        // `parked_on`, or our next look sees its progress.
+        full_fence();
     }
 
-    /// Wakes every reader parked on `source`. The slow path of publish and advance.
+    /// Stops waiting: clears `parked_on` (if no waker did) and the slot's bit.
+    pub(crate) fn unpark(&self, slot: &Slot, parked: &AtomicU32, bit: u32) {
+        slot.parked_on.store(NOT_PARKED, Ordering::Relaxed);
+        parked.fetch_and(!bit, Ordering::Relaxed);
+    }
+
+    /// Wakes every reader parked on `source`. The slow path of publish and advance, taken
+    /// while some reader is registered on `source`.
     #[cold]
     pub(crate) fn wake_source(&self, source: usize) {
-        let Some(count) = self.watchers(source) else {
-            return;
-        };
+        // Pairs with the full fence in `park` (see there).
+        full_fence();
         for g in self.groups() {
-            for slot in g.slots() {
+            for slot in g.parked_slots() {
                 if slot.parked_on.load(Ordering::Relaxed) == source
                     && slot
                         .parked_on
                         .compare_exchange(source, NOT_PARKED, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                 {
-                    count.fetch_sub(1, Ordering::AcqRel);
                     slot.waker.wake();
                 }
             }
         }
     }
 
-    /// Wakes the writer if it waits for room. Called after a reader's cursor moved (or left).
+    /// After a reader's cursor moved to `cursor` (or it left: `u64::MAX`): wakes the writer
+    /// if it waits for that, and the readers parked on `group`.
     #[inline]
-    pub(crate) fn notify_progress(&self, group: &Group) {
+    pub(crate) fn notify_progress(&self, group: &Group, cursor: u64) {
         light_fence();
-        if self.writer_parked.load(Ordering::Relaxed) {
-            self.wake_writer();
+        if self.writer_registered.load(Ordering::Relaxed) {
+            self.wake_writer(cursor);
         }
         if group.watchers.load(Ordering::Relaxed) != 0 {
             self.wake_source(group.source);
@@ -314,8 +346,17 @@ impl<T> Shared<T> {
     }
 
     #[cold]
-    fn wake_writer(&self) {
-        if self.writer_parked.swap(false, Ordering::AcqRel) {
+    fn wake_writer(&self, cursor: u64) {
+        // Pairs with the full fence in `Writer::poll_room` after it set `writer_wants`.
+        full_fence();
+        let wants = self.writer_wants.load(Ordering::Relaxed);
+        if wants != 0
+            && cursor >= wants
+            && self
+                .writer_wants
+                .compare_exchange(wants, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
             self.writer_waker.wake();
         }
     }
@@ -325,25 +366,15 @@ impl<T> Shared<T> {
         // Release: pairs with the Acquire load in `Reader::is_drained`, after which the final
         // cursor is visible.
         self.closed.store(true, Ordering::Release);
-        // Pairs with the parkers' heavy fence: either they see `closed`, or we see them parked.
+        // Pairs with the parkers' fences: either they see `closed`, or we see them parked.
         full_fence();
         for g in self.groups() {
             for slot in g.slots() {
-                let previous = slot.parked_on.swap(NOT_PARKED, Ordering::AcqRel);
-                if previous != NOT_PARKED {
-                    if let Some(w) = self.watchers(previous) {
-                        w.fetch_sub(1, Ordering::AcqRel);
-                    }
+                if slot.parked_on.swap(NOT_PARKED, Ordering::AcqRel) != NOT_PARKED {
                     slot.waker.wake();
                 }
             }
         }
-    }
-
-    /// The heavy half of the park protocol, exposed for readers and the writer.
-    #[inline]
-    pub(crate) fn park_fence(&self) {
-        heavy_fence();
     }
 }
 

@@ -100,21 +100,21 @@ impl<T> Stage<T> {
         // 1. Claim a slot with a position that is safe but possibly stale (too low): while we
         //    hold it, neither the writer nor a downstream stage can pass it.
         let (claimed, _) = shared.barrier(group.upstream());
-        let slot = group.claim(claimed);
+        let claim = group.claim(claimed);
         group.members.fetch_add(1, Ordering::Relaxed);
         // 2. Tell downstream scans that a member arrived (they validate against `epoch`).
         group.epoch.fetch_add(1, Ordering::AcqRel);
         // 3. Pairs with the light fence of the writer's gate scan and of downstream barrier
         //    scans: a scan that missed our slot is ordered before this fence, so the barrier we
         //    read next is at least everything that scan allowed.
-        shared.park_fence();
+        crate::sync::heavy_fence();
         let (barrier, _) = shared.barrier(group.upstream());
         let start = barrier.max(claimed);
         // Release: pairs with the Acquire loads of cursors in the scans.
-        slot.cursor.store(start, Ordering::Release);
+        claim.slot.cursor.store(start, Ordering::Release);
         // Raising the position from `claimed` is progress for whoever waited on it.
-        shared.notify_progress(group);
-        Ok(Reader::new(self.shared.clone(), group, slot, start))
+        shared.notify_progress(group, start);
+        Ok(Reader::new(self.shared.clone(), group, claim, start))
     }
 }
 

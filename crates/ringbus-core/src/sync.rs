@@ -14,13 +14,13 @@
 
 #[cfg(not(ringbus_loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     Arc,
 };
 
 #[cfg(ringbus_loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     Arc,
 };
 

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Full, ReserveError, TooLarge, TryReserveError};
-use crate::shared::Shared;
+use crate::shared::{Shared, CALM_BEFORE_LEAVING};
 use crate::stage::Stage;
 use crate::sync::{spin_hint, Arc, Ordering};
 
@@ -34,6 +34,10 @@ pub struct Writer<T> {
     /// Positions below this may be written without looking at the readers again: the gate
     /// (slowest reader) seen at the last scan, plus the capacity.
     limit: u64,
+    /// Whether we hold the sticky registration `Shared::writer_registered`.
+    registered: bool,
+    /// Room waits in a row that found room without parking.
+    calm: u32,
 }
 
 impl<T> Writer<T> {
@@ -43,6 +47,8 @@ impl<T> Writer<T> {
             shared,
             next: 0,
             limit,
+            registered: false,
+            calm: 0,
         }
     }
 
@@ -268,20 +274,39 @@ impl<T> Writer<T> {
     }
 
     /// Polls for room for `n` items, parking the task when there is none.
+    ///
+    /// The protocol is the readers' (see `Shared`'s docs): a sticky registration paid for
+    /// with the heavy fence once, then a cheap park per wait.
     fn poll_room(&mut self, cx: &mut Context<'_>, n: usize, parked: &mut bool) -> Poll<()> {
         for _ in 0..=self.shared.spin {
             if self.has_room(n) {
                 self.unpark(parked);
+                self.calm_down();
                 return Poll::Ready(());
             }
             spin_hint();
         }
+        self.calm = 0;
+        if !self.registered {
+            self.shared.writer_registered.store(true, Ordering::SeqCst);
+            // Pairs with the readers' light fence after they store their cursor: from here on
+            // they see the registration and take the slow path.
+            crate::sync::heavy_fence();
+            self.registered = true;
+        }
         self.shared.writer_waker.register(cx.waker());
-        self.shared.writer_parked.store(true, Ordering::Relaxed);
+        // Wake-ups are worth it once the slowest reader reached what we need, plus some slack
+        // (up to a sixteenth of the ring) so a full ring does not wake us per released slot.
+        let capacity = self.shared.capacity as u64;
+        let needed = (self.next + n as u64).saturating_sub(capacity).max(1);
+        let slack = ((capacity - n as u64) / 16).min(64);
+        self.shared
+            .writer_wants
+            .store((needed + slack).min(self.next).max(1), Ordering::SeqCst);
         *parked = true;
-        // Pairs with the readers' light fence after they store their cursor: either they see
-        // `writer_parked`, or our rescan below sees their cursor.
-        self.shared.park_fence();
+        // Pairs with the full fence in `Shared::wake_writer`: either the reader sees
+        // `writer_wants`, or our rescan below sees its cursor.
+        crate::sync::full_fence();
         if self.has_room(n) {
             self.unpark(parked);
             return Poll::Ready(());
@@ -289,9 +314,26 @@ impl<T> Writer<T> {
         Poll::Pending
     }
 
+    /// Stops waiting for room, if we were parked (woken or not).
     fn unpark(&mut self, parked: &mut bool) {
         if std::mem::take(parked) {
-            self.shared.writer_parked.store(false, Ordering::Relaxed);
+            self.shared.writer_wants.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a room wait that did not park; after enough in a row, drops the registration so
+    /// readers go back to their fence-free release path.
+    #[inline]
+    fn calm_down(&mut self) {
+        if self.registered {
+            self.calm += 1;
+            if self.calm >= CALM_BEFORE_LEAVING {
+                self.shared
+                    .writer_registered
+                    .store(false, Ordering::Relaxed);
+                self.registered = false;
+                self.calm = 0;
+            }
         }
     }
 
