@@ -43,8 +43,9 @@ pub struct Reader<T> {
     cursor: u64,
     /// Positions below this are readable without looking at the barrier again.
     available: u64,
-    /// True while `slot.parked_on` or our parked bit may be set.
-    parked: bool,
+    /// The source we are parked on (and counted in), while `slot.parked_on` or our parked bit
+    /// may be set.
+    parked: Option<usize>,
     /// The source we are registered on as a waiter (see `Shared`'s docs), if any.
     registered: Option<usize>,
     /// Refreshes in a row that found data without parking.
@@ -72,7 +73,7 @@ impl<T> Reader<T> {
             bit: claim.bit,
             cursor: start,
             available: start,
-            parked: false,
+            parked: None,
             registered: None,
             calm: 0,
         }
@@ -167,9 +168,13 @@ impl<T> Reader<T> {
                 self.shared.register(source);
                 self.registered = Some(source);
             }
+            let counted = self.parked == Some(source);
+            if !counted {
+                self.cancel_park();
+            }
             self.shared
-                .park(self.slot(), self.parked_bits(), self.bit, source);
-            self.parked = true;
+                .park(self.slot(), self.parked_bits(), self.bit, source, counted);
+            self.parked = Some(source);
             let (ready, now) = self.refresh();
             if ready {
                 self.cancel_park();
@@ -208,9 +213,9 @@ impl<T> Reader<T> {
     /// Stops waiting, if we were parked (woken or not).
     #[inline]
     fn cancel_park(&mut self) {
-        if std::mem::take(&mut self.parked) {
+        if let Some(source) = self.parked.take() {
             self.shared
-                .unpark(self.slot(), self.parked_bits(), self.bit);
+                .unpark(self.slot(), self.parked_bits(), self.bit, source);
         }
     }
 

@@ -21,7 +21,8 @@
 //!   race). A set bit means "may be parked": wakers look only at those slots.
 //! - `Group::epoch`: bumped by every joiner before its heavy fence; downstream readers validate
 //!   their scans against it (see `Shared::barrier`).
-//! - `Group::watchers`: number of readers *registered* as waiting on this group (see
+//! - `Group::watchers`: readers *registered* as waiting on this group, and readers parked on
+//!   it now (see
 //!   `Shared`'s docs): while it is non-zero, every reader of this group that advances fences
 //!   and looks for parked readers.
 //!
@@ -49,6 +50,17 @@ pub(crate) const WRITER_SOURCE: usize = 1;
 
 /// Slots per chunk.
 pub(crate) const CHUNK: usize = 32;
+
+/// Who waits on a source (the writer, or a group): see `Shared`'s docs.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    /// Readers registered as waiting on the source. Non-zero: progress on the source takes
+    /// the slow path. Read (Relaxed, after the light fence) on every publish or release.
+    pub(crate) registered: AtomicUsize,
+    /// Readers parked on the source now, counted by themselves from park to unpark. The slow
+    /// path reads it after its full fence and scans only when it is non-zero.
+    pub(crate) parked: AtomicUsize,
+}
 
 /// One reader's shared state, alone on its cache line.
 #[derive(Debug)]
@@ -99,7 +111,7 @@ pub(crate) struct Group {
     /// Bumped by each joiner; downstream scans validate against it. See the module docs.
     pub(crate) epoch: CachePadded<AtomicU64>,
     /// Readers registered as waiting on this group (see the module docs).
-    pub(crate) watchers: CachePadded<AtomicUsize>,
+    pub(crate) watchers: CachePadded<Waiters>,
     /// Current members (joins minus leaves).
     pub(crate) members: AtomicUsize,
     /// One past the highest slot index ever claimed: scans stop there. Raised (fetch_max)
@@ -123,7 +135,7 @@ impl Group {
             upstream,
             high: AtomicUsize::new(0),
             epoch: CachePadded::new(AtomicU64::new(0)),
-            watchers: CachePadded::new(AtomicUsize::new(0)),
+            watchers: CachePadded::new(Waiters::default()),
             members: AtomicUsize::new(0),
             head: Chunk::new(),
             next: AtomicPtr::new(ptr::null_mut()),

@@ -30,8 +30,9 @@
 //!   (their [`light_fence`] after the cursor store pairs with that heavy fence) and takes the
 //!   slow path: a full fence, then a look at the parked bits.
 //! - **Parking** (often, once registered): register the waker, swap `Slot::parked_on` to the
-//!   source, set the slot's bit in its chunk's `parked` word, full fence, look at the barrier
-//!   once more. With the slow path's full fence on the other side, this is a plain Dekker
+//!   source, set the slot's bit in its chunk's `parked` word, count itself in the source's
+//!   parked readers, full fence, look at the barrier once more. (The slow path scans the
+//!   parked bits only while that count is non-zero.) With the slow path's full fence on the other side, this is a plain Dekker
 //!   handshake: either the progress maker sees the bit and `parked_on`, or the parker sees the
 //!   progress. So only the first park after registering pays for `membarrier`.
 //! - **Deregistering**: a reader that found data without parking for [`CALM_BEFORE_LEAVING`]
@@ -58,7 +59,7 @@ use std::mem::MaybeUninit;
 use std::ptr;
 
 use crate::atomic_waker::AtomicWaker;
-use crate::registry::{Group, Slot, NOT_PARKED, WRITER_SOURCE};
+use crate::registry::{Group, Slot, Waiters, NOT_PARKED, WRITER_SOURCE};
 use crate::sync::{
     full_fence, heavy_fence, light_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
@@ -73,7 +74,7 @@ pub(crate) struct Shared<T> {
     pub(crate) cursor: CachePadded<AtomicU64>,
     /// Readers registered as waiting on the writer. Read (Relaxed, after `light_fence`) on
     /// every publish.
-    pub(crate) writer_watchers: CachePadded<AtomicUsize>,
+    pub(crate) writer_watchers: CachePadded<Waiters>,
     /// The writer's sticky registration as a waiter for room; read (Relaxed, after
     /// `light_fence`) on every reader advance. Set and cleared by the writer only.
     pub(crate) writer_registered: CachePadded<AtomicBool>,
@@ -132,7 +133,7 @@ impl<T> Shared<T> {
         }));
         Self {
             cursor: CachePadded::new(AtomicU64::new(0)),
-            writer_watchers: CachePadded::new(AtomicUsize::new(0)),
+            writer_watchers: CachePadded::new(Waiters::default()),
             writer_registered: CachePadded::new(AtomicBool::new(false)),
             writer_wants: CachePadded::new(AtomicU64::new(0)),
             writer_waker: AtomicWaker::new(),
@@ -269,8 +270,8 @@ impl<T> Shared<T> {
         }
     }
 
-    /// The `watchers` count of a source.
-    fn watchers(&self, source: usize) -> Option<&AtomicUsize> {
+    /// Who waits on a source.
+    fn watchers(&self, source: usize) -> Option<&Waiters> {
         if source == WRITER_SOURCE {
             return Some(&self.writer_watchers);
         }
@@ -282,7 +283,7 @@ impl<T> Shared<T> {
     /// Registers a reader as waiting on `source` (see the module docs). Pays the heavy fence.
     pub(crate) fn register(&self, source: usize) {
         if let Some(w) = self.watchers(source) {
-            w.fetch_add(1, Ordering::SeqCst);
+            w.registered.fetch_add(1, Ordering::SeqCst);
         }
         // Pairs with the light fence of whoever makes progress on `source`: from here on, they
         // see the count and take the slow path.
@@ -292,24 +293,43 @@ impl<T> Shared<T> {
     /// Takes back a registration.
     pub(crate) fn deregister(&self, source: usize) {
         if let Some(w) = self.watchers(source) {
-            w.fetch_sub(1, Ordering::Relaxed);
+            w.registered.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// Marks `slot` parked on `source`, with its bit, then fences. The caller is registered on
     /// `source` and looks at the barrier once more next.
-    pub(crate) fn park(&self, slot: &Slot, parked: &AtomicU32, bit: u32, source: usize) {
+    ///
+    /// `counted`: the reader is still counted in `source`'s parked readers from an earlier
+    /// park (a waker may have cleared `parked_on` since, so it is armed again all the same).
+    pub(crate) fn park(
+        &self,
+        slot: &Slot,
+        parked: &AtomicU32,
+        bit: u32,
+        source: usize,
+        counted: bool,
+    ) {
         slot.parked_on.swap(source, Ordering::SeqCst);
         parked.fetch_or(bit, Ordering::SeqCst);
+        if !counted {
+            if let Some(w) = self.watchers(source) {
+                w.parked.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         // Pairs with the full fence in `wake_source`: either the waker sees our bit and
         // `parked_on`, or our next look sees its progress.
         full_fence();
     }
 
-    /// Stops waiting: clears `parked_on` (if no waker did) and the slot's bit.
-    pub(crate) fn unpark(&self, slot: &Slot, parked: &AtomicU32, bit: u32) {
+    /// Stops waiting on `source`: clears `parked_on` (if no waker did), the slot's bit and
+    /// our count in `source`'s parked readers.
+    pub(crate) fn unpark(&self, slot: &Slot, parked: &AtomicU32, bit: u32, source: usize) {
         slot.parked_on.store(NOT_PARKED, Ordering::Relaxed);
         parked.fetch_and(!bit, Ordering::Relaxed);
+        if let Some(w) = self.watchers(source) {
+            w.parked.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Wakes every reader parked on `source`. The slow path of publish and advance, taken
@@ -318,6 +338,12 @@ impl<T> Shared<T> {
     pub(crate) fn wake_source(&self, source: usize) {
         // Pairs with the full fence in `park` (see there).
         full_fence();
+        if self
+            .watchers(source)
+            .is_none_or(|w| w.parked.load(Ordering::Relaxed) == 0)
+        {
+            return;
+        }
         for g in self.groups() {
             for slot in g.parked_slots() {
                 if slot.parked_on.load(Ordering::Relaxed) == source
@@ -340,7 +366,7 @@ impl<T> Shared<T> {
         if self.writer_registered.load(Ordering::Relaxed) {
             self.wake_writer(cursor);
         }
-        if group.watchers.load(Ordering::Relaxed) != 0 {
+        if group.watchers.registered.load(Ordering::Relaxed) != 0 {
             self.wake_source(group.source);
         }
     }

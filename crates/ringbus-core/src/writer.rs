@@ -103,7 +103,13 @@ impl<T> Writer<T> {
         // writes above happen before any reader reads them.
         self.shared.cursor.store(self.next, Ordering::Release);
         crate::sync::light_fence();
-        if self.shared.writer_watchers.load(Ordering::Relaxed) != 0 {
+        if self
+            .shared
+            .writer_watchers
+            .registered
+            .load(Ordering::Relaxed)
+            != 0
+        {
             self.shared.wake_source(crate::registry::WRITER_SOURCE);
         }
     }
