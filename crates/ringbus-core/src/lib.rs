@@ -71,7 +71,7 @@ pub use blocking::block_on;
 pub use error::{Closed, Full, JoinError, ReserveError, TooLarge, TryRecvError, TryReserveError};
 pub use reader::{Batch, ReadGuard, Reader, Recv, RecvBatch};
 pub use stage::Stage;
-pub use writer::{Ready, Reservation, Writer};
+pub use writer::{Publish, Ready, Reservation, Writer};
 
 /// The asymmetric fence pair this crate parks with, for layers built on it (the bus uses it
 /// for its close protocol). Not a stable API.
@@ -109,8 +109,9 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// Default iterations of busy polling before a waiter parks.
-    pub const DEFAULT_SPIN: u32 = 32;
+    /// Default iterations of busy polling before a waiter parks (each one a look at the
+    /// other side and a spin hint: a few microseconds in all).
+    pub const DEFAULT_SPIN: u32 = 128;
     /// Default limit on readers per ring.
     pub const DEFAULT_MAX_READERS: usize = 65_536;
 

@@ -138,15 +138,20 @@ impl<T> Writer<T> {
 
     /// Publishes `value`, waiting while the slowest gating reader would be lapped.
     ///
+    /// The returned future publishes on its first poll when there is room (no waiting, no
+    /// allocation); otherwise it parks until the slowest reader releases a slot.
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, `value` was not published (no reader will
     /// see it) and is dropped with the future. To keep the value on cancellation, wait with
     /// [`ready`](Self::ready) and then call [`try_publish`](Self::try_publish).
-    pub async fn publish(&mut self, value: T) {
-        self.ready(1).await;
-        let published = self.try_publish(value);
-        debug_assert!(published.is_ok(), "room vanished under &mut");
+    pub fn publish(&mut self, value: T) -> Publish<'_, T> {
+        Publish {
+            writer: self,
+            value: Some(value),
+            parked: false,
+        }
     }
 
     /// Publishes every item of `items`, in order, each chunk that fits with one cursor store.
@@ -347,7 +352,9 @@ impl<T> Writer<T> {
     /// while the ring is full.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_publish(&mut self, value: T) {
-        crate::blocking::block_on(self.publish(value));
+        if let Err(Full(value)) = self.try_publish(value) {
+            crate::blocking::block_on(self.publish(value));
+        }
     }
 
     /// [`publish_batch`](Self::publish_batch) for plain threads.
@@ -360,7 +367,9 @@ impl<T> Writer<T> {
     #[cfg(not(ringbus_loom))]
     pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, ReserveError> {
         self.check_size(n)?;
-        crate::blocking::block_on(self.ready(n));
+        if !self.has_room(n) {
+            crate::blocking::block_on(self.ready(n));
+        }
         Ok(Reservation { writer: self, n })
     }
 
@@ -404,6 +413,54 @@ impl<T> Drop for Unpublished<'_, T> {
                 unsafe { std::ptr::drop_in_place(self.shared.slot(position)) };
             }
         }
+    }
+}
+
+/// Future of [`Writer::publish`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Publish<'a, T> {
+    writer: &'a mut Writer<T>,
+    /// `None` once published.
+    value: Option<T>,
+    parked: bool,
+}
+
+// The value is only ever moved out whole, never pinned: `Publish` is `Unpin` whatever `T` is.
+impl<T> Unpin for Publish<'_, T> {}
+
+impl<T> Future for Publish<'_, T> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let Some(value) = this.value.take() else {
+            return Poll::Ready(()); // already published
+        };
+        if !this.writer.has_room(1) {
+            if this.writer.poll_room(cx, 1, &mut this.parked).is_pending() {
+                this.value = Some(value);
+                return Poll::Pending;
+            }
+        } else {
+            this.writer.unpark(&mut this.parked);
+        }
+        let published = this.writer.try_publish(value);
+        debug_assert!(published.is_ok(), "room vanished under &mut");
+        Poll::Ready(())
+    }
+}
+
+impl<T> Drop for Publish<'_, T> {
+    fn drop(&mut self) {
+        self.writer.unpark(&mut self.parked);
+    }
+}
+
+impl<T> fmt::Debug for Publish<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publish")
+            .field("published", &self.value.is_none())
+            .finish_non_exhaustive()
     }
 }
 
