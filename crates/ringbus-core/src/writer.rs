@@ -164,11 +164,20 @@ impl<T> Writer<T> {
     pub async fn publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
         let mut items = items.into_iter().peekable();
         let mut total = 0;
-        while items.peek().is_some() {
-            self.ready(1).await;
-            total += self.write_available(&mut items);
+        loop {
+            if !self.has_room(1) {
+                if items.peek().is_none() {
+                    return total;
+                }
+                self.ready(1).await;
+            }
+            let room = self.limit - self.next;
+            let n = self.write_available(&mut items);
+            total += n;
+            if n < room {
+                return total; // the iterator ran dry
+            }
         }
-        total
     }
 
     /// Publishes as many of `items` as fit now, with one cursor store. Never waits.
@@ -360,7 +369,22 @@ impl<T> Writer<T> {
     /// [`publish_batch`](Self::publish_batch) for plain threads.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
-        crate::blocking::block_on(self.publish_batch(items))
+        let mut items = items.into_iter().peekable();
+        let mut total = 0;
+        loop {
+            if !self.has_room(1) {
+                if items.peek().is_none() {
+                    return total;
+                }
+                crate::blocking::block_on(self.ready(1));
+            }
+            let room = self.limit - self.next;
+            let n = self.write_available(&mut items);
+            total += n;
+            if n < room {
+                return total; // the iterator ran dry
+            }
+        }
     }
 
     /// [`reserve`](Self::reserve) for plain threads.
