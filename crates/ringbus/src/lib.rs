@@ -78,6 +78,31 @@ pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
 pub use subscriber::Subscription;
 pub use tokio_util::sync::CancellationToken;
 
+/// The topic registry, exposed for the suite's registry benchmark only; not a public API.
+#[doc(hidden)]
+pub mod __bench {
+    /// The grow-only, lock-free-lookup map the bus keeps its topics in.
+    #[derive(Debug)]
+    pub struct TopicMap<V>(crate::map::TopicMap<V>);
+
+    impl<V> TopicMap<V> {
+        /// A map with `shards` insert locks.
+        pub fn new(shards: usize) -> Self {
+            Self(crate::map::TopicMap::new(shards))
+        }
+
+        /// Looks `name` up without locking.
+        pub fn get(&self, name: &str) -> Option<&V> {
+            self.0.get(name)
+        }
+
+        /// Looks `name` up, inserting `make()` if absent.
+        pub fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
+            self.0.get_or_insert_with(name, make)
+        }
+    }
+}
+
 /// Used by the code `#[subscriber]` generates; not a public API.
 #[doc(hidden)]
 pub mod __private {

@@ -77,6 +77,7 @@ impl<V> Table<V> {
     }
 }
 
+#[derive(Debug)]
 struct Shard<V> {
     /// The table lookups use.
     current: AtomicPtr<Table<V>>,
@@ -84,6 +85,7 @@ struct Shard<V> {
     grow: Mutex<Grow<V>>,
 }
 
+#[derive(Debug)]
 struct Grow<V> {
     tables: Vec<*mut Table<V>>,
     len: usize,
@@ -96,6 +98,7 @@ unsafe impl<V: Send + Sync> Send for Shard<V> {}
 unsafe impl<V: Send + Sync> Sync for Shard<V> {}
 
 /// A grow-only map from topic names to `V`, sharded by hash.
+#[derive(Debug)]
 pub(crate) struct TopicMap<V> {
     shards: Box<[Shard<V>]>,
 }
