@@ -19,8 +19,14 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Side-by-side benchmarks against the peers (criterion; RUSTFLAGS cleared so figures are reproducible).
+# Every scenario, ringbus beside each peer in interleaved rounds; writes docs/benchmarks/results.json
+# and README.md (RUSTFLAGS cleared so figures are reproducible). `just bench quick`: under 3 minutes,
+# written to target/tmp/compare-quick/. `just bench render`: redraw the page from results.json.
 bench *args:
+    RUSTFLAGS= cargo bench --bench compare -- {{args}}
+
+# The criterion benches of the ring against its peers, and the idle-CPU bench.
+criterion *args:
     RUSTFLAGS= cargo bench --bench ring {{args}}
     RUSTFLAGS= cargo bench --bench idle
 

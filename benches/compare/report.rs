@@ -1,0 +1,1131 @@
+//! `results.json` (the figures and the machine they come from) and the page rendered from
+//! it: `README.md` with a table per family and an SVG bar chart per family (`plotters`, SVG
+//! backend only). Rendering reads nothing but `results.json`, so `render` redraws a page from
+//! a committed file without measuring.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde_json::{json, Value};
+
+/// The families, in page order: (id, title, what it measures).
+pub(crate) const FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "bus-publish",
+        "Bus: publish",
+        "One publisher task, `publish(topic, msg).await` per message, subscribers that only \
+         count. `publish/N`: one topic, N subscribers. `publish_topics`: 100 topics, one \
+         subscriber each, message `i` to topic `i % 100`. `publish_unbuffered`: one subscriber, \
+         the smallest capacity each system has (see below). Time per publish call, whatever \
+         the number of subscribers it reaches.",
+    ),
+    (
+        "bus-parallel",
+        "Bus: 16 publishers at once",
+        "As `publish/1` and `publish_topics`, from 16 publisher tasks at once (publisher `p` \
+         publishes messages `p, p + 16, ...`). Wall time from spawning them to joining the \
+         last, divided by the number of publish calls (16 calls are in flight at once).",
+    ),
+    (
+        "bus-subscribe",
+        "Bus: subscribe + unsubscribe",
+        "Subscribe a counting handler to an existing topic, then unsubscribe and wait for its \
+         task to end; time per pair.",
+    ),
+    (
+        "ring-publish",
+        "Ring: publish with 1 to 128 readers",
+        "`ringbus-core` alone: a plain-thread writer publishes `u64`s one at a time \
+         (`blocking_publish`; the peers' blocking sends) to 1, 8, 32 or 128 readers; time per \
+         item on the writer. `ring/publish` and `ring/publish_readers/1` are the same \
+         configuration measured twice: the gap between them is this run's noise.",
+    ),
+    (
+        "ring-batch",
+        "Ring: batches and in-place fill",
+        "One reader; the writer publishes batches of 1 to 1000 (`blocking_publish_batch`; the \
+         disruptor's `batch_publish`), or reserves 100 slots and fills them in place \
+         (`reserve_fill`). Time per item. The channel peers have no batch publish.",
+    ),
+    (
+        "ring-read",
+        "Ring: the reader alone",
+        "One thread fills the queue (untimed), then drains it (timed), lap after lap: the \
+         receive path alone, no cross-core traffic, no waiting. Time per item.",
+    ),
+    (
+        "ring-stages",
+        "Ring: pipelines of stages",
+        "A writer and 1 to 3 chained stages, one thread each; each stage sees an item only after \
+         the one before it (`Stage::then`; the disruptor's `and_then`; for the channels, a \
+         chain of threads each forwarding into the next channel). Time per item on the writer.",
+    ),
+];
+
+/// System order on the page and its colour.
+pub(crate) const SYSTEMS: &[(&str, RGBColor)] = &[
+    ("ringbus", RGBColor(214, 39, 40)),
+    ("disruptor", RGBColor(127, 127, 127)),
+    ("tokio-broadcast", RGBColor(31, 119, 180)),
+    ("async-broadcast", RGBColor(44, 160, 44)),
+    ("tokio-mpsc-fanout", RGBColor(148, 103, 189)),
+    ("kanal-fanout", RGBColor(255, 127, 14)),
+    ("flume-fanout", RGBColor(140, 86, 75)),
+];
+
+fn system_rank(s: &str) -> usize {
+    SYSTEMS
+        .iter()
+        .position(|(n, _)| *n == s)
+        .unwrap_or(usize::MAX)
+}
+
+/// What the rounds of one (scenario, system) measured.
+pub(crate) struct Figure {
+    pub(crate) scenario: String,
+    pub(crate) family: &'static str,
+    pub(crate) unit: &'static str,
+    pub(crate) system: &'static str,
+    pub(crate) messages: u64,
+    pub(crate) rounds_ns: Vec<f64>,
+    pub(crate) allocs_per_op: Vec<f64>,
+    pub(crate) lost: u64,
+    pub(crate) deliveries: u64,
+}
+
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// Rounds to 3 significant digits (the JSON need not carry the clock's noise).
+fn sig3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// Per-round ratios `peer / ringbus` (rounds are interleaved, so round `r` of both ran
+/// back to back).
+pub(crate) fn ratios(peer: &[f64], ringbus: &[f64]) -> Vec<f64> {
+    peer.iter().zip(ringbus).map(|(p, r)| p / r).collect()
+}
+
+/// The JSON object of one figure.
+pub(crate) fn figure_json(f: &Figure, ringbus: Option<&Figure>) -> Value {
+    let mut o = json!({
+        "scenario": f.scenario,
+        "system": f.system,
+        "family": f.family,
+        "unit": format!("ns per {}", f.unit),
+        "median_ns": sig3(median(&f.rounds_ns)),
+        "min_ns": sig3(min(&f.rounds_ns)),
+        "max_ns": sig3(max(&f.rounds_ns)),
+        "allocs_per_op": sig3(median(&f.allocs_per_op)),
+        "allocs_per_op_max": sig3(max(&f.allocs_per_op)),
+        "lost": f.lost,
+        "deliveries": f.deliveries,
+        "messages_per_round": f.messages,
+        "rounds_ns": f.rounds_ns.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
+    });
+    if let Some(r) = ringbus.filter(|r| r.system != f.system) {
+        let q = ratios(&f.rounds_ns, &r.rounds_ns);
+        o["ratio_to_ringbus"] = json!({
+            "median": sig3(median(&q)),
+            "min": sig3(min(&q)),
+            "max": sig3(max(&q)),
+        });
+    }
+    o
+}
+
+// ---------------------------------------------------------------------------------------------
+// The machine
+// ---------------------------------------------------------------------------------------------
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn command(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub(crate) fn loadavg() -> [f64; 3] {
+    let s = read("/proc/loadavg");
+    let mut it = s.split_whitespace().map(|x| x.parse().unwrap_or(f64::NAN));
+    [
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+    ]
+}
+
+/// CPU time counters: (all CPUs' ticks in every state, busy ticks, steal ticks, this
+/// process's ticks).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CpuTicks {
+    total: u64,
+    busy: u64,
+    steal: u64,
+    own: u64,
+}
+
+impl CpuTicks {
+    pub(crate) fn now() -> Self {
+        let stat = read("/proc/stat");
+        let f: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let get = |i: usize| f.get(i).copied().unwrap_or(0);
+        let total: u64 = (0..8).map(get).sum();
+        let busy = total - get(3) - get(4);
+        let own_stat = read("/proc/self/stat");
+        // Fields after the command name (which may hold spaces) start at state (field 3);
+        // utime and stime are fields 14 and 15.
+        let after = own_stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let g: Vec<u64> = after
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        let own = g.get(11).copied().unwrap_or(0) + g.get(12).copied().unwrap_or(0);
+        Self {
+            total,
+            busy,
+            steal: get(7),
+            own,
+        }
+    }
+
+    /// Over the span from `self` to `later`: (share of the machine used by other processes,
+    /// share stolen by the hypervisor), both of all cores' time.
+    pub(crate) fn foreign_since(&self, later: &Self) -> (f64, f64) {
+        let total = later.total.saturating_sub(self.total).max(1) as f64;
+        let busy = later.busy.saturating_sub(self.busy) as f64;
+        let own = later.own.saturating_sub(self.own) as f64;
+        let steal = later.steal.saturating_sub(self.steal) as f64;
+        (((busy - own - steal) / total).max(0.0), steal / total)
+    }
+}
+
+/// Versions from `Cargo.lock` of the crates the figures depend on.
+fn crate_versions() -> Value {
+    let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"));
+    let wanted = [
+        "ringbus",
+        "ringbus-core",
+        "tokio",
+        "async-broadcast",
+        "kanal",
+        "flume",
+        "disruptor",
+        "crossbeam-utils",
+        "plotters",
+    ];
+    let mut out = serde_json::Map::new();
+    let mut name = "";
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = \"") {
+            name = n.trim_end_matches('"');
+        } else if let Some(v) = line.strip_prefix("version = \"") {
+            if wanted.contains(&name) {
+                out.insert(name.to_string(), json!(v.trim_end_matches('"')));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's civil_from_days).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Now, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
+pub(crate) fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// What the figures were measured on and with (the run's own facts are added by the caller).
+pub(crate) fn machine() -> Value {
+    let cpuinfo = read("/proc/cpuinfo");
+    let field = |key: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let hypervisor = field("flags").split_whitespace().any(|f| f == "hypervisor");
+    let mem_kib: f64 = read("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|s| s.trim_matches('"').to_string())
+        .unwrap_or_else(|| std::env::consts::OS.to_string());
+    let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
+    let rustc = command("rustc", &["-vV"]).unwrap_or_default();
+    let rustc_line = rustc.lines().next().unwrap_or("unknown").to_string();
+    let llvm = rustc
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .unwrap_or("")
+        .to_string();
+    let rustflags = match std::env::var("RUSTFLAGS") {
+        Ok(v) if v.is_empty() => "(cleared)".to_string(),
+        Ok(v) => v,
+        Err(_) => "(unset)".to_string(),
+    };
+    let mut features = Vec::new();
+    if cfg!(target_feature = "sse4.2") {
+        features.push("sse4.2");
+    }
+    if cfg!(target_feature = "avx2") {
+        features.push("avx2");
+    }
+    if cfg!(target_feature = "avx512f") {
+        features.push("avx512f");
+    }
+    let commit = command("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let dirty = command("git", &["status", "--porcelain", "--untracked-files=no"])
+        .map(|s| !s.is_empty())
+        .unwrap_or(false);
+    json!({
+        "cpu": field("model name"),
+        "cpu_family_model": format!("family {} model {}", field("cpu family"), field("model")),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "virtualized": hypervisor,
+        "memory_gib": sig3(mem_kib / 1024.0 / 1024.0),
+        "os": format!("{os}, Linux {kernel}"),
+        "rustc": rustc_line,
+        "llvm": llvm,
+        "build_profile": if cfg!(debug_assertions) {
+            "debug assertions ON: not for publication"
+        } else {
+            "bench (release: opt-level 3, debug = 1, no debug assertions)"
+        },
+        "rustflags": rustflags,
+        "target_features_beyond_baseline": features,
+        "crates": crate_versions(),
+        "date": utc_now(),
+        "commit": commit,
+        "uncommitted_changes": dirty,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------------------------
+
+/// Formats nanoseconds for people, three significant digits at most.
+pub(crate) fn fmt_ns(ns: f64) -> String {
+    fn three(x: f64) -> String {
+        if x < 10.0 {
+            format!("{x:.2}")
+        } else if x < 100.0 {
+            format!("{x:.1}")
+        } else {
+            format!("{x:.0}")
+        }
+    }
+    if !ns.is_finite() {
+        "-".into()
+    } else if ns < 1_000.0 {
+        format!("{} ns", three(ns))
+    } else if ns < 1_000_000.0 {
+        format!("{} µs", three(ns / 1e3))
+    } else {
+        format!("{} ms", three(ns / 1e6))
+    }
+}
+
+/// Formats a count for people (k, M, G).
+fn fmt_count(n: u64) -> String {
+    let x = n as f64;
+    if n < 10_000 {
+        n.to_string()
+    } else if x < 1e6 {
+        format!("{:.1} k", x / 1e3)
+    } else if x < 1e9 {
+        format!("{:.1} M", x / 1e6)
+    } else {
+        format!("{:.2} G", x / 1e9)
+    }
+}
+
+fn fmt_ratio(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(f64::NAN)
+}
+
+fn text(v: &Value, key: &str) -> String {
+    match &v[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// One figure as the renderer reads it back.
+struct Row {
+    scenario: String,
+    system: String,
+    median: f64,
+    min: f64,
+    max: f64,
+    allocs: f64,
+    lost: u64,
+    deliveries: u64,
+    ratio: Option<(f64, f64, f64)>,
+}
+
+fn rows(results: &Value) -> Vec<Row> {
+    let empty = Vec::new();
+    results["figures"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|f| Row {
+            scenario: text(f, "scenario"),
+            system: text(f, "system"),
+            median: num(f, "median_ns"),
+            min: num(f, "min_ns"),
+            max: num(f, "max_ns"),
+            allocs: num(f, "allocs_per_op"),
+            lost: f["lost"].as_u64().unwrap_or(0),
+            deliveries: f["deliveries"].as_u64().unwrap_or(0),
+            ratio: f.get("ratio_to_ringbus").map(|r| {
+                (
+                    r["median"].as_f64().unwrap_or(f64::NAN),
+                    r["min"].as_f64().unwrap_or(f64::NAN),
+                    r["max"].as_f64().unwrap_or(f64::NAN),
+                )
+            }),
+        })
+        .collect()
+}
+
+/// Scenarios of a family, in run order.
+fn family_scenarios(results: &Value, family: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for f in results["figures"].as_array().into_iter().flatten() {
+        let s = text(f, "scenario");
+        if text(f, "family") == family && !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn short(scenario: &str) -> &str {
+    scenario.strip_prefix("ring/").unwrap_or(scenario)
+}
+
+/// Draws one family's bar chart: per scenario a bar per system (median), whiskers from the
+/// fastest to the slowest round, log scale.
+fn chart(
+    path: &Path,
+    title: &str,
+    scenarios: &[String],
+    all: &[Row],
+) -> Result<(), Box<dyn Error>> {
+    let systems: Vec<&str> = SYSTEMS
+        .iter()
+        .map(|(s, _)| *s)
+        .filter(|s| {
+            all.iter()
+                .any(|r| r.system == *s && scenarios.contains(&r.scenario))
+        })
+        .collect();
+    let data: Vec<&Row> = all
+        .iter()
+        .filter(|r| scenarios.contains(&r.scenario) && r.median.is_finite())
+        .collect();
+    let lo = data.iter().map(|r| r.min).fold(f64::INFINITY, f64::min);
+    let hi = data.iter().map(|r| r.max).fold(0.0, f64::max);
+    let (ylo, yhi) = (
+        10f64.powf((lo / 1.5).log10().floor()),
+        10f64.powf((hi * 1.5).log10().ceil()),
+    );
+    let (width, height) = (1000u32, 460u32);
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (plot, legend) = root.split_horizontally(width - 200);
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..scenarios.len() as f64, (ylo..yhi).log_scale())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(scenarios.len() + 1)
+        .x_label_formatter(&|_| String::new())
+        .y_desc("time per op (log scale)")
+        .y_label_formatter(&|v| fmt_ns(*v))
+        .draw()?;
+    for (i, sc) in scenarios.iter().enumerate() {
+        let here: Vec<&&Row> = systems
+            .iter()
+            .filter_map(|s| data.iter().find(|r| r.scenario == *sc && r.system == *s))
+            .collect();
+        let w = 0.8 / here.len().max(1) as f64;
+        for (j, r) in here.iter().enumerate() {
+            let colour = SYSTEMS[system_rank(&r.system)].1;
+            let x0 = i as f64 + 0.1 + j as f64 * w;
+            let xc = x0 + w / 2.0;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x0 + 0.08 * w, ylo), (x0 + 0.92 * w, r.median)],
+                colour.filled(),
+            )))?;
+            let whisker = BLACK.stroke_width(1);
+            chart.draw_series([
+                PathElement::new(vec![(xc, r.min), (xc, r.max)], whisker),
+                PathElement::new(vec![(xc - w / 5.0, r.min), (xc + w / 5.0, r.min)], whisker),
+                PathElement::new(vec![(xc - w / 5.0, r.max), (xc + w / 5.0, r.max)], whisker),
+            ])?;
+        }
+        let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ylo));
+        root.draw(&Text::new(
+            short(sc).to_string(),
+            (px, py + 8),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Top)),
+        ))?;
+    }
+    let font = ("sans-serif", 14).into_font().color(&BLACK);
+    for (j, s) in systems.iter().enumerate() {
+        let y = 50 + 24 * j as i32;
+        let colour = SYSTEMS[system_rank(s)].1;
+        legend.draw(&Rectangle::new([(8, y), (22, y + 14)], colour.filled()))?;
+        let name = if *s == "tokio-broadcast" {
+            format!("{s} (lossy)")
+        } else {
+            s.to_string()
+        };
+        legend.draw(&Text::new(name, (30, y), font.clone()))?;
+    }
+    let y = 50 + 24 * systems.len() as i32 + 10;
+    legend.draw(&Text::new("bar: median", (8, y), font.clone()))?;
+    legend.draw(&Text::new("whiskers: min-max", (8, y + 18), font.clone()))?;
+    legend.draw(&Text::new("of the rounds", (8, y + 36), font))?;
+    root.present()?;
+    Ok(())
+}
+
+/// Whether ringbus was faster than a peer in every round (`Some(true)`), slower in every
+/// round (`Some(false)`), or neither.
+fn verdict(ratio: (f64, f64, f64)) -> Option<bool> {
+    if ratio.1 > 1.0 {
+        Some(true)
+    } else if ratio.2 < 1.0 {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn lost_cell(r: &Row) -> String {
+    if r.lost == 0 {
+        "0".into()
+    } else {
+        format!(
+            "**{:.1}%** ({} of {})",
+            100.0 * r.lost as f64 / r.deliveries.max(1) as f64,
+            fmt_count(r.lost),
+            fmt_count(r.deliveries)
+        )
+    }
+}
+
+fn machine_table(results: &Value, md: &mut String) {
+    let m = &results["machine"];
+    let run = &results["run"];
+    let crates = m["crates"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k} {}", v.as_str().unwrap_or("?")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let la = |key: &str| {
+        run[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|x| format!("{:.2}", x.as_f64().unwrap_or(f64::NAN)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .unwrap_or_default()
+    };
+    let features = m["target_features_beyond_baseline"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let _ = writeln!(md, "| | |\n|---|---|");
+    let rows = [
+        ("date (UTC)", text(m, "date")),
+        (
+            "code",
+            format!(
+                "commit `{}`{}",
+                text(m, "commit"),
+                if m["uncommitted_changes"].as_bool() == Some(true) {
+                    " plus uncommitted changes in the work tree"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        (
+            "CPU",
+            format!(
+                "{} ({}), {} cores visible{}",
+                text(m, "cpu"),
+                text(m, "cpu_family_model"),
+                text(m, "cores"),
+                if m["virtualized"].as_bool() == Some(true) {
+                    ", virtual machine"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("memory", format!("{} GiB", text(m, "memory_gib"))),
+        ("OS", text(m, "os")),
+        (
+            "compiler",
+            format!("{}, LLVM {}", text(m, "rustc"), text(m, "llvm")),
+        ),
+        ("profile", text(m, "build_profile")),
+        (
+            "RUSTFLAGS",
+            format!(
+                "`{}`; target features beyond the x86-64 baseline compiled in: {}",
+                text(m, "rustflags"),
+                if features.is_empty() {
+                    "none".to_string()
+                } else {
+                    features
+                }
+            ),
+        ),
+        ("crates", crates),
+        (
+            "run",
+            format!(
+                "`{}`, {} rounds, {:.0} s in all",
+                text(run, "command"),
+                text(run, "rounds"),
+                num(run, "duration_s")
+            ),
+        ),
+        (
+            "load",
+            format!(
+                "other processes used {:.1}% of the machine's CPU time during the run (per \
+                 round: {}), the hypervisor stole {:.1}%; load average (1 / 5 / 15 min) {} \
+                 at the start, {} at the end, highest 1-min reading {:.2} (the load average \
+                 counts this run's own threads, which keep both cores busy: the CPU shares \
+                 are the measure of foreign load)",
+                100.0 * num(run, "foreign_cpu_share"),
+                run["foreign_cpu_share_per_round"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|x| format!("{:.1}%", 100.0 * x.as_f64().unwrap_or(f64::NAN)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_else(|| "-".into()),
+                100.0 * num(run, "steal_cpu_share"),
+                la("load_average_start"),
+                la("load_average_end"),
+                num(run, "load_average_1m_max"),
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(md, "| {k} | {v} |");
+    }
+}
+
+/// Renders `README.md` and the family charts in `dir` from `dir/results.json`.
+pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json"))?)?;
+    let all = rows(&results);
+    let rounds = text(&results["run"], "rounds");
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# ringbus beside its peers\n\n\
+         <!-- Rendered by `benches/compare.rs` from `results.json`; do not edit by hand: \
+         `just bench` re-measures, `just bench render` redraws. -->\n\n\
+         Every scenario of the suite's benchmark rules (`BENCHMARKS.md`) for `ringbus` and the \
+         peers a user would pick instead, measured in one run, rounds interleaved. Lower is \
+         better everywhere. **ratio** = peer time / ringbus time in the same round: above 1, \
+         ringbus was faster; the median of the per-round ratios is shown with their min and \
+         max.\n\n\
+         Reproduce: `just bench` (under 10 minutes of measuring here, writes this page), `just bench quick` \
+         (under 3 minutes, writes to `target/tmp/compare-quick/`), `just bench render` \
+         (redraws this page from `results.json`).\n"
+    );
+    let _ = writeln!(md, "## Where these numbers come from\n");
+    machine_table(&results, &mut md);
+    md.push('\n');
+    md.push_str(&method(&rounds, &text(&results["run"], "target_window_ms")));
+    md.push_str(&headline(&results, &all));
+
+    let _ = writeln!(md, "## Results\n");
+    for (family, title, about) in FAMILIES {
+        let scenarios = family_scenarios(&results, family);
+        if scenarios.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "### {title}\n\n{about}\n");
+        let svg = format!("{family}.svg");
+        match chart(&dir.join(&svg), title, &scenarios, &all) {
+            Ok(()) => {
+                let _ = writeln!(md, "![{title}]({svg})\n");
+            }
+            Err(e) => eprintln!("could not draw {svg}: {e}"),
+        }
+        let _ = writeln!(
+            md,
+            "| scenario | system | median | min – max | ratio (peer / ringbus) | allocs/op | lost |\n\
+             |---|---|---:|---:|---:|---:|---:|"
+        );
+        for sc in &scenarios {
+            let mut here: Vec<&Row> = all.iter().filter(|r| &r.scenario == sc).collect();
+            here.sort_by_key(|r| system_rank(&r.system));
+            for r in here {
+                let ratio = match r.ratio {
+                    Some((m, lo, hi)) => format!(
+                        "{}{}{} [{} – {}]",
+                        if verdict((m, lo, hi)).is_some() {
+                            "**"
+                        } else {
+                            ""
+                        },
+                        fmt_ratio(m),
+                        if verdict((m, lo, hi)).is_some() {
+                            "**"
+                        } else {
+                            ""
+                        },
+                        fmt_ratio(lo),
+                        fmt_ratio(hi)
+                    ),
+                    None => "1".into(),
+                };
+                let system = if r.system == "ringbus" {
+                    "**ringbus**".to_string()
+                } else {
+                    r.system.clone()
+                };
+                let _ = writeln!(
+                    md,
+                    "| `{sc}` | {system} | {} | {} – {} | {ratio} | {} | {} |",
+                    fmt_ns(r.median),
+                    fmt_ns(r.min),
+                    fmt_ns(r.max),
+                    if r.allocs.is_finite() {
+                        format!("{:.3}", r.allocs)
+                    } else {
+                        "-".into()
+                    },
+                    lost_cell(r)
+                );
+            }
+        }
+        md.push('\n');
+        md.push_str(&family_summary(&scenarios, &all));
+    }
+    match results.get("latency").filter(|v| !v.is_null()) {
+        Some(lat) => md.push_str(&latency_section(lat)),
+        None => md.push_str(
+            "### Latency\n\nNot folded in: there was no `docs/benchmarks/latency.json` when \
+             this page was rendered. `just latency` writes it; `just bench render` then adds \
+             its percentiles here without re-measuring the rest.\n\n",
+        ),
+    }
+    md.push_str(&conclusions(&all));
+    std::fs::write(dir.join("README.md"), md)?;
+    Ok(())
+}
+
+/// Every scenario in one table: ringbus's median and each peer's ratio.
+fn headline(results: &Value, all: &[Row]) -> String {
+    let mut s = String::from(
+        "## At a glance\n\n\
+         ringbus's median time per operation, and each peer's time divided by ringbus's in \
+         the same round: median of the rounds [min – max]. Above 1: ringbus was faster. Bold: \
+         the same side of 1 in every round. `tokio-broadcast` is lossy (see the *lost* column \
+         below): its ratio is not a like-for-like comparison where it lost messages.\n\n",
+    );
+    let peers: Vec<&str> = SYSTEMS
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| *p != "ringbus" && all.iter().any(|r| r.system == *p))
+        .collect();
+    let _ = writeln!(
+        s,
+        "| scenario | ringbus | {} |\n|---|---:|{}",
+        peers.join(" | "),
+        "---:|".repeat(peers.len())
+    );
+    for (family, _, _) in FAMILIES {
+        for sc in family_scenarios(results, family) {
+            let Some(rb) = all
+                .iter()
+                .find(|r| r.scenario == sc && r.system == "ringbus")
+            else {
+                continue;
+            };
+            let cells: Vec<String> = peers
+                .iter()
+                .map(|p| {
+                    match all
+                        .iter()
+                        .find(|r| r.scenario == sc && r.system == *p)
+                        .and_then(|r| r.ratio.map(|q| (q, r.lost > 0)))
+                    {
+                        Some(((m, lo, hi), lossy)) => {
+                            let b = if verdict((m, lo, hi)).is_some() {
+                                "**"
+                            } else {
+                                ""
+                            };
+                            format!(
+                                "{b}{}{b} [{} – {}]{}",
+                                fmt_ratio(m),
+                                fmt_ratio(lo),
+                                fmt_ratio(hi),
+                                if lossy { " (lossy)" } else { "" }
+                            )
+                        }
+                        None => String::new(),
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "| `{sc}` | {} | {} |",
+                fmt_ns(rb.median),
+                cells.join(" | ")
+            );
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// Where ringbus stood against one peer over a family's scenarios.
+#[derive(Default)]
+struct Standing {
+    peer: String,
+    faster: Vec<String>,
+    slower: Vec<String>,
+    mixed: Vec<String>,
+}
+
+/// Per peer, where ringbus was faster or slower in every round.
+fn family_summary(scenarios: &[String], all: &[Row]) -> String {
+    let mut by_peer: BTreeMap<usize, Standing> = BTreeMap::new();
+    for r in all.iter().filter(|r| scenarios.contains(&r.scenario)) {
+        let Some(ratio) = r.ratio else { continue };
+        let e = by_peer
+            .entry(system_rank(&r.system))
+            .or_insert_with(|| Standing {
+                peer: r.system.clone(),
+                ..Standing::default()
+            });
+        let item = format!("`{}` {}x", short(&r.scenario), fmt_ratio(ratio.0));
+        match verdict(ratio) {
+            Some(true) => e.faster.push(item),
+            Some(false) => e.slower.push(item),
+            None => e.mixed.push(item),
+        }
+    }
+    let mut s = String::from(
+        "Against each peer (ratio medians; faster or slower means in every round):\n\n",
+    );
+    let list = |v: &Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    for st in by_peer.values() {
+        let _ = writeln!(
+            s,
+            "- {}: ringbus faster in {}; slower in {}; rounds disagree in {}.",
+            st.peer,
+            list(&st.faster),
+            list(&st.slower),
+            list(&st.mixed)
+        );
+    }
+    s.push('\n');
+    s
+}
+
+fn method(rounds: &str, target_ms: &str) -> String {
+    format!(
+        "## Method\n\n\
+         - **One process, interleaved rounds, spread over the run.** Every system of every \
+         scenario first warms up (untimed for the results). Then {rounds} rounds run, \
+         round-major: each round runs every scenario, and within a scenario every system \
+         once, back to back, in the same order (A B C ... A B C ...). So the systems of a \
+         round share the machine's state of that moment, and each scenario's rounds are \
+         spread over the whole run: this VM has states that last from seconds to minutes \
+         (load from other users, and most likely where the hypervisor places the two \
+         vCPUs), which show as spread between rounds rather than shifting one scenario as a \
+         whole. A figure is the median of the rounds with the fastest and slowest round; a \
+         ratio is computed per round and its median, min and max are shown.\n\
+         - **Fixed work per round.** The warm-up also sizes the rounds: a system runs with 8 \
+         times more operations each time (from 4 laps of its queue) until one run lasts an \
+         eighth of the target window, {target_ms} ms; its round size is then fixed for every \
+         round so that its timed window lasts about that long (`messages_per_round` in \
+         `results.json`). Systems of one scenario may get different round sizes, since \
+         their costs differ by up to a thousand times; a figure is the time of the \
+         publishing side divided by the round's operations.\n\
+         - **Every round is checked.** After the clock stops, the round closes its queue or \
+         bus (untimed: each system drains what was queued, then its subscribers end) and \
+         checks every subscriber's or reader's count and sum exactly. The lossy \
+         `tokio-broadcast` must account for every message as received or reported lost \
+         (`Lagged`); what it lost is the *lost* column. A round that fails a check aborts the \
+         run.\n\
+         - **Allocations.** A counting `#[global_allocator]` in the bench binary counts every \
+         allocation and reallocation, on every thread, during the timed window only (not \
+         while building, closing or checking); *allocs/op* is that count over the \
+         operations of the round (median of the rounds). Subscribers still working after the \
+         window are not counted.\n\
+         - **Bus scenarios** run on one tokio multi-thread runtime with 2 workers: \
+         publishers and subscribers are tasks on it. Every subscriber only counts (its own \
+         cache-padded counter). Each round builds a fresh bus. Systems, wired as users wire \
+         them, every queue holding 1024 `u64`s unless a scenario says otherwise:\n  \
+           - `ringbus`: `bus.publish(name, msg).await` by name, subscribers \
+         `bus.subscribe(name, |m: &u64| ...)`;\n  \
+           - `tokio-broadcast`: `RwLock<HashMap<String, broadcast::Sender>>`, lossy;\n  \
+           - `async-broadcast`: the same map over `async_broadcast`, overflow off \
+         (publishers wait), `broadcast_direct` / `recv_direct`;\n  \
+           - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: a topic map of \
+         copy-on-write subscriber lists, one bounded channel per subscriber; a publish sends \
+         to each in turn and waits for room (the Go-bus design).\n\
+         - **`publish_unbuffered`** is not like for like: ringbus's capacity 0 returns once \
+         the handler *has run*; `kanal` and `flume` at capacity 0 are rendezvous channels \
+         (a send returns once a receiver *took* the message); `tokio-broadcast`, \
+         `async-broadcast` and `tokio-mpsc` cannot go below 1 (a send returns once the \
+         message is *queued*).\n\
+         - **Ring scenarios** drive `ringbus-core` directly: the writer is the benchmark's \
+         thread, each round builds a fresh ring and readers (threads for 1 and 8 readers \
+         and for stages; tasks on a one-worker tokio runtime for 32 and 128, where the \
+         disruptor, which has no async consumer, is left out). `disruptor` consumers \
+         busy-spin (its design: a core per consumer), so with more consumers than the 2 cores \
+         its figure measures oversubscription as much as the crate. The fan-out peers use one \
+         channel per reader and their batch receive (`recv_many`, `drain_into`, `try_iter`).\n\
+         - **Build:** `cargo bench` profile, `RUSTFLAGS` cleared by the recipe (no \
+         `target-cpu=native`), so another x86-64 machine builds the same code.\n\n"
+    )
+}
+
+fn latency_section(lat: &Value) -> String {
+    let mut s = String::from(
+        "### Latency (folded in from `latency.json`)\n\n\
+         Measured separately by `just latency` (`benches/latency.rs`, one run, not \
+         interleaved rounds): end-to-end latency from the message's *intended* send time \
+         (coordinated omission accounted for), writer stall and reader lag, in microseconds. \
+         See `latency.md` for the method.\n\n",
+    );
+    let _ = writeln!(
+        s,
+        "Measured {} on {} ({} cores).\n\n\
+         | scenario | system | e2e p50 | e2e p99 | e2e p99.9 | e2e max | stall p99 | lag p99 | lost |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|",
+        text(lat, "date"),
+        text(lat, "cpu"),
+        text(lat, "cores")
+    );
+    let us = |f: &Value, k: &str| format!("{:.1}", num(f, k) / 1000.0);
+    for f in lat["figures"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            text(f, "scenario"),
+            text(f, "system"),
+            us(f, "e2e_p50_ns"),
+            us(f, "e2e_p99_ns"),
+            us(f, "e2e_p999_ns"),
+            us(f, "e2e_max_ns"),
+            us(f, "stall_p99_ns"),
+            us(f, "lag_p99_ns"),
+            text(f, "lost"),
+        );
+    }
+    s.push('\n');
+    s
+}
+
+fn conclusions(all: &[Row]) -> String {
+    let mut s = String::from("## What these numbers do and do not allow one to conclude\n\n");
+    // The noise of this run: the same configuration measured twice.
+    let get = |sc: &str, sys: &str| {
+        all.iter()
+            .find(|r| r.scenario == sc && r.system == sys)
+            .map(|r| r.median)
+    };
+    let twins_of = ["ring/publish", "ring/publish_readers/1", "ring/stages/1"];
+    let mut twins = Vec::new();
+    let mut widest: f64 = 1.0;
+    for sys in SYSTEMS.iter().map(|(s, _)| *s) {
+        let m: Vec<f64> = twins_of.iter().filter_map(|sc| get(sc, sys)).collect();
+        if m.len() >= 2 {
+            let (lo, hi) = (min(&m), max(&m));
+            widest = widest.max(hi / lo);
+            twins.push(format!("{sys} {} to {}", fmt_ns(lo), fmt_ns(hi)));
+        }
+    }
+    if !twins.is_empty() {
+        let verdict = if widest < 1.5 {
+            format!(
+                "In this run they agree within {:.0}% (the widest gap, between scenarios run \
+                 minutes apart): differences between systems well beyond that are not noise \
+                 of this run.",
+                100.0 * (widest - 1.0)
+            )
+        } else {
+            format!(
+                "In this run they differ by up to {widest:.1}x: the machine changed state \
+                 during the run (cross-core figures on this VM are bimodal, most likely as \
+                 the hypervisor moves the two vCPUs between sibling hyperthreads of one host \
+                 core and separate cores). Differences of that order between figures of \
+                 different scenarios mean nothing here."
+            )
+        };
+        let _ = writeln!(
+            s,
+            "- **How far to trust a difference within this run.** `ring/publish`, \
+             `ring/publish_readers/1` and (for the ring, the disruptor and the channels) \
+             `ring/stages/1` are the same configuration, one writer and one reader thread, \
+             measured at different times of the run. Their medians: {}. {verdict} Ratios whose \
+             rounds straddle 1 (not bold) mean nothing either way.",
+            twins.join("; ")
+        );
+    }
+    s.push_str(
+        "- **How far to trust a difference between runs: less.** While this runner was being \
+         built, runs of the same binary minutes apart on this VM put whole scenarios in \
+         different states for minutes at a time, moving some systems by up to 4x and others \
+         not at all, so that a ratio could flip between runs (`publish/100`, ringbus against \
+         `async-broadcast` and `kanal-fanout`, did). Rounds spread over the run guard against \
+         states shorter than the run, not longer ones: one run, however stable inside, is one \
+         sample of the machine. Before building on a ratio near 1, or on one scenario alone, \
+         run `just bench` again.\n",
+    );
+    s.push_str(
+        "- **Allowed:** comparing systems *within a scenario of this run*, through the \
+         ratio column: all systems of a round ran back to back under the same conditions. A \
+         ratio whose min and max lie on the same side of 1 (shown in bold) held in every \
+         round; the per-family lists above name them.\n\
+         - **Allowed:** the allocation counts. They do not depend on timing as much as the \
+         times do (they still can, a little, where a system allocates only when it has to \
+         wait), and 0 means no allocation at all in the timed window.\n\
+         - **Not allowed:** reading the absolute times as what another machine will show. \
+         This is a 2-vCPU virtual machine shared with other work; the publisher, the \
+         subscribers, the runtime's workers and (for the disruptor) busy-spinning consumers \
+         share two cores, so scheduling decides much of every figure. Absolute times have \
+         moved 2x between runs of the same binary here; ratios move less, not never.\n\
+         - **Not allowed:** reading `tokio-broadcast` as a faster bus. It never waits for a \
+         subscriber: where it is cheapest it also lost most deliveries (the *lost* column); \
+         its figure is the cost of `send` into a queue that is not being read, not a delivery \
+         rate. The backpressured systems, by contrast, can never run more than a queue ahead \
+         of their slowest subscriber, so their figure is also the sustained throughput of the \
+         whole pipeline.\n\
+         - **Not allowed:** reading `publish_unbuffered` as like for like (different \
+         promises, see Method), or the disruptor's figures with more than one consumer as the \
+         crate's best (it wants a core per consumer).\n\
+         - **Not covered:** latency under load (see the latency table and `latency.md`), \
+         machines with more cores (where readers and writers stop time-sharing), message \
+         types other than `u64`, and the cost of the handlers themselves (they only count).\n",
+    );
+    s
+}
