@@ -25,9 +25,11 @@ lint:
 bench *args:
     RUSTFLAGS= cargo bench --bench compare -- {{args}}
 
-# The criterion benches of the ring against its peers, and the idle-CPU bench.
+# The criterion benches (ring, bus, topic registry) against their peers, and the idle-CPU bench.
 criterion *args:
     RUSTFLAGS= cargo bench --bench ring {{args}}
+    RUSTFLAGS= cargo bench --bench bus {{args}}
+    RUSTFLAGS= cargo bench --bench registry {{args}}
     RUSTFLAGS= cargo bench --bench idle
 
 # Latency percentiles (coordinated-omission aware); see docs/benchmarks.
