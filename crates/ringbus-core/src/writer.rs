@@ -129,11 +129,19 @@ impl<T> Writer<T> {
         if !self.has_room(1) {
             return Err(Full(value));
         }
-        // SAFETY: `has_room`: no reader can read position `next` (it is at or past every
-        // cursor's barrier) and every reader finished with the value a lap ago.
+        self.write_one(value);
+        Ok(())
+    }
+
+    /// Writes and publishes `value` at `next`. The caller has just seen `has_room(1)`.
+    #[inline(always)]
+    fn write_one(&mut self, value: T) {
+        debug_assert!(self.next < self.limit, "write_one without room");
+        // SAFETY: the caller saw `has_room(1)` under `&mut self`: no reader can read position
+        // `next` (it is at or past every cursor's barrier) and every reader finished with the
+        // value a lap ago.
         unsafe { self.shared.write(self.next, value) };
         self.commit(1);
-        Ok(())
     }
 
     /// Publishes `value`, waiting while the slowest gating reader would be lapped.
@@ -460,16 +468,12 @@ impl<T> Future for Publish<'_, T> {
         let Some(value) = this.value.take() else {
             return Poll::Ready(()); // already published
         };
-        if !this.writer.has_room(1) {
-            if this.writer.poll_room(cx, 1, &mut this.parked).is_pending() {
-                this.value = Some(value);
-                return Poll::Pending;
-            }
-        } else {
-            this.writer.unpark(&mut this.parked);
+        // `poll_room` looks for room first and only parks without it: one check on the fast path.
+        if this.writer.poll_room(cx, 1, &mut this.parked).is_pending() {
+            this.value = Some(value);
+            return Poll::Pending;
         }
-        let published = this.writer.try_publish(value);
-        debug_assert!(published.is_ok(), "room vanished under &mut");
+        this.writer.write_one(value);
         Poll::Ready(())
     }
 }
