@@ -277,6 +277,15 @@ impl Bus {
         BusBuilder::default()
     }
 
+    /// The entry of topic `name`, made (for messages of type `T`) if it does not exist.
+    #[inline]
+    fn entry<T: Send + Sync + 'static>(&self, name: &str, capacity: Option<usize>) -> &Entry {
+        match self.inner.topics.get(name) {
+            Some(entry) => entry,
+            None => self.create::<T>(name, capacity),
+        }
+    }
+
     /// Finds or makes the topic `name` for messages of type `T`.
     ///
     /// The reference lives as long as the bus: topics are never removed.
@@ -286,14 +295,10 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<&TopicInner<T>, TypeMismatch> {
-        let entry = match self.inner.topics.get(name) {
-            Some(entry) => entry,
-            None => self.create::<T>(name, capacity),
-        };
-        match (*entry.typed).downcast_ref::<TopicInner<T>>() {
-            Some(topic) => Ok(topic),
-            None => Err(mismatch::<T>(name, entry)),
-        }
+        let entry = self.entry::<T>(name, capacity);
+        (*entry.typed)
+            .downcast_ref::<TopicInner<T>>()
+            .ok_or_else(|| mismatch::<T>(name, entry))
     }
 
     /// [`resolve`](Self::resolve), as an `Arc` (for subscriber tasks and `Topic` handles).
@@ -302,13 +307,24 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
-        self.resolve::<T>(name, capacity)?;
-        let entry = self.inner.topics.get(name).expect("resolved above");
+        let entry = self.entry::<T>(name, capacity);
         entry
             .typed
             .clone()
             .downcast::<TopicInner<T>>()
             .map_err(|_| mismatch::<T>(name, entry))
+    }
+
+    /// The topic a new subscriber of `topic` joins: refuses before making anything when no
+    /// runtime could run the subscriber.
+    fn subscribable<T: Send + Sync + 'static>(
+        &self,
+        topic: &str,
+        options: &SubscribeOptions,
+    ) -> Result<Arc<TopicInner<T>>, Error> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        self.resolve_arc::<T>(topic, options.capacity)
+            .map_err(Error::TypeMismatch)
     }
 
     #[cold]
@@ -462,11 +478,8 @@ impl Bus {
         T: Send + Sync + 'static,
         H: Handler<T>,
     {
-        self.check_runtime()?;
-        let t = self
-            .resolve_arc::<T>(topic, options.capacity)
-            .map_err(Error::TypeMismatch)?;
-        t.subscribe(options, handler)
+        self.subscribable::<T>(topic, &options)?
+            .subscribe(options, handler)
     }
 
     /// Runs `handler` with everything available at once (a [`Batch`](crate::Batch) of two
@@ -481,11 +494,8 @@ impl Bus {
         T: Send + Sync + 'static,
         H: BatchHandler<T>,
     {
-        self.check_runtime()?;
-        let t = self
-            .resolve_arc::<T>(topic, options.capacity)
-            .map_err(Error::TypeMismatch)?;
-        t.subscribe_batch(options, handler)
+        self.subscribable::<T>(topic, &options)?
+            .subscribe_batch(options, handler)
     }
 
     /// Subscribes a handler that knows its topic and options, such as one made by
@@ -497,12 +507,6 @@ impl Bus {
     /// The shared value of type `S` registered with [`BusBuilder::state`], if any.
     pub fn state<S: Send + Sync + 'static>(&self) -> Option<State<S>> {
         self.inner.states.get::<S>()
-    }
-
-    fn check_runtime(&self) -> Result<(), Error> {
-        tokio::runtime::Handle::try_current()
-            .map(|_| ())
-            .map_err(|_| Error::NoRuntime)
     }
 
     /// True once `close` has begun.

@@ -72,29 +72,36 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         }
         let mut guard = if let Some(guard) = self.writer.try_lock() {
             guard
-        } else if never {
-            self.writer.lock().await
         } else {
-            tokio::select! {
-                biased;
-                guard = self.writer.lock() => guard,
-                _ = ctx.done() => return Err(PublishError::Cancelled(msg)),
+            let guard = if never {
+                self.writer.lock().await
+            } else {
+                tokio::select! {
+                    biased;
+                    guard = self.writer.lock() => guard,
+                    _ = ctx.done() => return Err(PublishError::Cancelled(msg)),
+                }
+            };
+            // The bus may have closed while we waited for the writer.
+            if self.state.refuses() {
+                return Err(PublishError::Closed(msg));
             }
+            guard
         };
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
         let mut msg = msg;
         loop {
-            if self.state.refuses() {
-                return Err(PublishError::Closed(msg));
-            }
             match writer.try_publish(msg) {
                 Ok(()) => break,
                 Err(Full(back)) => msg = back,
             }
             // Full: wait for room (or the end of the context, or the close).
             match self.wait_room(writer, ctx).await {
+                // The bus may have closed while we waited: a publisher from outside the
+                // handlers must not slip in after it did.
+                Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
                 Wait::Closed => return Err(PublishError::Closed(msg)),
