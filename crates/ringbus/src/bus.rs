@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
+use crate::delivery::Delivery;
 use crate::error::{Error, PublishError, TypeMismatch};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
@@ -729,6 +730,41 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// As [`Bus::try_publish`], without the lookup.
     pub fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
         self.inner.try_publish(msg)
+    }
+
+    /// As [`publish_with`](Self::publish_with), and returns a [`Delivery`]: a receipt whose
+    /// [`wait`](Delivery::wait) resolves once every subscriber present at the publish has
+    /// handled the message, with how many handlers failed on it.
+    ///
+    /// This is how a bridge acknowledges a message upstream only once it was handled here.
+    /// While receipts are outstanding, the topic's subscribers notify them after each message;
+    /// otherwise tracking costs nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bus = ringbus::Bus::new();
+    /// let _ok = bus.subscribe("jobs", |_: &u32| async {})?;
+    /// let _picky = bus.subscribe("jobs", |job: &u32| {
+    ///     let job = *job;
+    ///     async move { if job == 7 { Err("seven") } else { Ok(()) } }
+    /// })?;
+    /// let jobs = bus.topic::<u32>("jobs")?;
+    /// let seven = jobs.publish_tracked(&ringbus::Context::new(), 7).await?.wait().await;
+    /// assert_eq!((seven.handled, seven.failed), (2, 1));
+    /// assert!(!seven.is_ok());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Bus::publish`]: dropped before it completes, the message was not published (an
+    /// unbuffered topic excepted, as documented there) and no receipt is left behind.
+    pub async fn publish_tracked(
+        &self,
+        ctx: &Context,
+        msg: T,
+    ) -> Result<Delivery, PublishError<T>> {
+        self.inner.publish_tracked(ctx, msg).await
     }
 
     /// As [`Bus::publish_batch`], without the lookup, bounded by `ctx`.

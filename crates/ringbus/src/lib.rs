@@ -55,6 +55,7 @@
 mod app;
 mod bus;
 mod context;
+mod delivery;
 mod error;
 mod handler;
 mod lock;
@@ -67,6 +68,7 @@ mod topic;
 pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
+pub use delivery::{Delivered, Delivery};
 pub use error::{Error, PublishError, TypeMismatch};
 pub use handler::{
     Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,

@@ -22,6 +22,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::BusState;
+use crate::delivery::Tracker;
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
 use crate::stats::SubscriberStats;
 use crate::topic::AnyTopic;
@@ -38,6 +39,8 @@ const RUNNING: u64 = u64::MAX;
 pub(crate) struct SubShared {
     /// The bus, for `BusState::progressed`.
     bus: Arc<BusState>,
+    /// The topic's delivery receipts.
+    tracker: Arc<Tracker>,
     pub(crate) id: u64,
     pub(crate) name: Arc<str>,
     pub(crate) topic: Arc<str>,
@@ -66,6 +69,7 @@ pub(crate) struct SubShared {
 impl SubShared {
     pub(crate) fn new(
         bus: Arc<BusState>,
+        tracker: Arc<Tracker>,
         id: u64,
         name: Arc<str>,
         topic: Arc<str>,
@@ -74,6 +78,7 @@ impl SubShared {
     ) -> Self {
         Self {
             bus,
+            tracker,
             id,
             name,
             topic,
@@ -118,7 +123,11 @@ impl SubShared {
         }
     }
 
-    fn record(&self, outcome: Outcome) {
+    /// Counts and logs a failed handler call on the `len` messages at `start..`. Called
+    /// before the new position is stored (receipts rely on it).
+    #[cold]
+    fn record(&self, outcome: Outcome, start: u64, len: u64) {
+        self.tracker.failed(start, len);
         match outcome {
             Outcome::Ok => {}
             Outcome::Err(error) => {
@@ -166,6 +175,7 @@ impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
         self.0.done.cancel();
         self.0.bus.progressed();
+        self.0.tracker.ended();
     }
 }
 
@@ -248,10 +258,13 @@ where
             return; // dropping the reader releases our place in the ring
         };
         drop(message);
+        if !matches!(outcome, Outcome::Ok) {
+            sub.record(outcome, sub.start + handled, 1);
+        }
         handled += 1;
         sub.handled.store(handled, Ordering::Relaxed);
-        sub.record(outcome);
         sub.bus.progressed();
+        sub.tracker.progressed();
     }
 }
 
@@ -282,10 +295,13 @@ where
             return;
         };
         drop(batch);
+        if !matches!(outcome, Outcome::Ok) {
+            sub.record(outcome, sub.start + handled, len);
+        }
         handled += len;
         sub.handled.store(handled, Ordering::Relaxed);
-        sub.record(outcome);
         sub.bus.progressed();
+        sub.tracker.progressed();
     }
 }
 
