@@ -9,6 +9,10 @@ test:
     cargo test --workspace
     cargo test --release -p ringbus-core --test stress
 
+# The ringbus-nats tests against a real nats-server, failing (not skipping) if it is not installed.
+nats:
+    REQUIRE_NATS=1 cargo test -p ringbus-nats
+
 # The loom models of the ring's protocols (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
 loom preemptions="3":
     RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
@@ -47,3 +51,9 @@ cost-update:
 # Everything CI runs.
 ci:
     bash .ci/run
+
+# Writes the "nats" key of docs/benchmarks/results.json and the table in docs/benchmarks/nats.md
+# (RUSTFLAGS cleared); `just nats-bench quick` is a smoke run that writes nothing.
+# ringbus-nats beside the raw async-nats client: core and JetStream, 64 B and 512 B, interleaved.
+nats-bench *args:
+    RUSTFLAGS= cargo bench -p ringbus-nats --bench nats -- {{args}}

@@ -1,0 +1,1589 @@
+//! Messages per second through NATS, the same workload three ways in one run, rounds
+//! interleaved (`raw link bus raw link bus ...`), one `nats-server` for the whole run
+//! (see docs/benchmarks/nats.md for the method and the figures):
+//!
+//! - `raw`: the `async-nats` client alone. One connection publishes (with the headers the
+//!   link sends: topic and id; on JetStream also `Nats-Msg-Id` and the origin, awaiting server
+//!   acks in a window of 256), a second one receives (core: a subscription; JetStream: a
+//!   durable pull consumer, explicit acks, pulls of 64, at most 256 unacked: the link's
+//!   defaults).
+//! - `link`: the link crate with the bus as thin as its API allows: messages published into
+//!   a resolved topic handle whose only subscriber is the link's export; on the other side
+//!   the link's import publishes into a bus whose only subscriber is a counting closure.
+//! - `bus`: the same, written as an application would: `bus.publish(topic, msg)` by name,
+//!   and a `#[subscriber]` `async fn(&Msg)` with a `State<_>` registered with `bus.register`.
+//! - with `diag`, also `export-only` (link export, raw receiver) and `import-only` (raw
+//!   publisher, link import), to tell which side costs what.
+//!
+//! The body is the same on the wire in all of them: the JSON string the link's codec makes
+//! of the payload (a 64 B payload is a 66 B body). `raw` sends it ready-made; the link
+//! encodes and decodes it per message, which is part of what it costs.
+//!
+//! A round runs from the first publish until the last message was received (JetStream: and
+//! every publish acked by the server, every delivery acked by the consumer). Every round
+//! checks that every message arrived exactly once with its full body (JetStream: the stream
+//! holds each once, the consumer has nothing pending or unacked); a cell whose round fails is
+//! aborted with the reason, and the run exits non-zero. A JetStream round cut by a stall of
+//! the client's pull stream (a missed heartbeat, see nats.md) is run again and recorded.
+//!
+//! ```text
+//! just nats-bench                # full run: the "nats" key of results.json, the nats.md table
+//! just nats-bench quick          # smoke run (fewer messages, 3 rounds), nothing written
+//! just nats-bench diag           # adds the half links, nothing written
+//! ```
+//!
+//! Options: `rounds=N`, `core=N` and `js=N` (messages per round), `only=core|js`,
+//! `systems=raw,link,...` (profiling one system; nothing written).
+//! Without a `nats-server` binary it prints a skip line and exits 0.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::pull, stream::StorageType};
+use async_nats::{Client, HeaderMap, Subject};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use ringbus::{subscriber, Bus, State, Subscription};
+use ringbus_nats::testing::NatsServer;
+use ringbus_nats::{JetStreamOptions, Link, Mode};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+/// The topic every round uses (each round under its own prefix, so its own subject and
+/// stream).
+const TOPIC: &str = "bench";
+/// Core has no flow control: a burst out-runs any receiver, whose client then drops what its
+/// buffer cannot hold (the link's default `import_buffer` is 4096). Both receivers buffer a
+/// whole round (raw: `subscription_capacity`, link: `import_buffer`), at least this many.
+const IMPORT_BUFFER: usize = 4096;
+/// The link's default JetStream windows, mirrored by the raw client.
+const ACK_WINDOW: usize = 256;
+const PULL_BATCH: usize = 64;
+const MAX_ACK_PENDING: i64 = 256;
+/// How long a round may take before it counts as failed.
+const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Starts the error of a round cut by a JetStream pull stall (see nats.md): such a round is
+/// run again, at most `MAX_STALL_RETRIES` times per cell.
+const STALL: &str = "pull stalled";
+const MAX_STALL_RETRIES: usize = 6;
+/// The durable consumer name the link derives for topic `bench` (`<durable>_<topic>`).
+const DURABLE: &str = "ringbus_bench";
+
+// ---------------------------------------------------------------------------------------------
+// The message and the counting handlers
+// ---------------------------------------------------------------------------------------------
+
+/// The payload: a string of the cell's size; JSON makes it a body two bytes longer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+struct Payload {
+    body: String,
+}
+
+/// Counts what a receiver got and notes when the last one arrived.
+#[derive(Clone)]
+struct Tally(Arc<TallyInner>);
+
+struct TallyInner {
+    expected: u64,
+    /// The length every body must have.
+    size: usize,
+    seen: AtomicU64,
+    bad: AtomicU64,
+    done_at: OnceLock<Instant>,
+    done: Notify,
+}
+
+impl Tally {
+    fn new(expected: u64, size: usize) -> Self {
+        Self(Arc::new(TallyInner {
+            expected,
+            size,
+            seen: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+            done_at: OnceLock::new(),
+            done: Notify::new(),
+        }))
+    }
+
+    /// Counts one message of `len` bytes; true for the last one expected.
+    fn record(&self, len: usize) -> bool {
+        let t = &self.0;
+        if len != t.size {
+            t.bad.fetch_add(1, Ordering::Relaxed);
+        }
+        if t.seen.fetch_add(1, Ordering::AcqRel) + 1 == t.expected {
+            let _ = t.done_at.set(Instant::now());
+            t.done.notify_one();
+            return true;
+        }
+        false
+    }
+
+    fn seen(&self) -> u64 {
+        self.0.seen.load(Ordering::Acquire)
+    }
+
+    /// When the last expected message arrived; or why not: `lost` said messages were lost
+    /// (checked every 100 ms), or the timeout passed.
+    async fn wait(&self, lost: impl Fn() -> Option<String>) -> Result<Instant, String> {
+        let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
+        let done = self.0.done.notified();
+        let mut done = std::pin::pin!(done);
+        loop {
+            match tokio::time::timeout(Duration::from_millis(100), done.as_mut()).await {
+                Ok(()) => break,
+                Err(_) => {
+                    if let Some(why) = lost() {
+                        return Err(format!(
+                            "{why}; {} of {} arrived",
+                            self.seen(),
+                            self.0.expected
+                        ));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!(
+                            "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
+                            self.seen(),
+                            self.0.expected
+                        ));
+                    }
+                }
+            }
+        }
+        self.0
+            .done_at
+            .get()
+            .copied()
+            .ok_or_else(|| "notified before the last message".to_string())
+    }
+
+    /// Every message arrived exactly once with its full body.
+    fn verify(&self) -> Result<(), String> {
+        let (seen, bad) = (self.seen(), self.0.bad.load(Ordering::Relaxed));
+        if seen != self.0.expected || bad != 0 {
+            return Err(format!(
+                "received {seen} of {} messages ({bad} with a wrong body)",
+                self.0.expected
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The full bus's handler: an `async fn(&Msg)` with shared state, registered with
+/// `bus.register(count)`.
+#[subscriber("bench")]
+async fn count(msg: &Payload, tally: State<Tally>) {
+    tally.record(msg.body.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cells, systems, rounds
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Core,
+    Js,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Core => "core",
+            Kind::Js => "jetstream",
+        }
+    }
+
+    fn mode(self) -> Mode {
+        match self {
+            Kind::Core => Mode::Core,
+            Kind::Js => Mode::JetStream,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    kind: Kind,
+    size: usize,
+    messages: u64,
+}
+
+/// One side of a round: the raw client, the link on a thin bus, or the link on a bus used as
+/// an application uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Raw,
+    Link,
+    Bus,
+}
+
+/// A system: who sends and who receives.
+#[derive(Clone, Copy, Debug)]
+struct System {
+    name: &'static str,
+    send: Side,
+    recv: Side,
+}
+
+const RAW: System = System {
+    name: "raw",
+    send: Side::Raw,
+    recv: Side::Raw,
+};
+const LINK: System = System {
+    name: "link",
+    send: Side::Link,
+    recv: Side::Link,
+};
+const BUS: System = System {
+    name: "bus",
+    send: Side::Bus,
+    recv: Side::Bus,
+};
+/// Diagnostics: the link on one side only.
+const EXPORT_ONLY: System = System {
+    name: "export-only",
+    send: Side::Link,
+    recv: Side::Raw,
+};
+const IMPORT_ONLY: System = System {
+    name: "import-only",
+    send: Side::Raw,
+    recv: Side::Link,
+};
+
+/// What one round measured.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    secs: f64,
+    client_cpu_ns: u64,
+    server_cpu_ns: u64,
+    /// Share of the machine's CPU time used by other processes during the round.
+    foreign: f64,
+}
+
+/// What every round shares.
+struct Ctx {
+    url: String,
+    admin: jetstream::Context,
+    server_pid: Option<u32>,
+    /// Distinguishes the message ids of the raw client, as the link's process tag does.
+    tag: String,
+    next_prefix: AtomicU64,
+}
+
+trait OrFail<T> {
+    fn or_fail(self, what: &str) -> Result<T, String>;
+}
+
+impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+/// The body a payload of `size` bytes has on the wire: its JSON string.
+fn payload_text(size: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    (0..size)
+        .map(|i| char::from(ALPHABET[(i * 7 + i / 13) % ALPHABET.len()]))
+        .collect()
+}
+
+/// One request round trip: the server has processed everything this connection sent before.
+async fn round_trip(client: &Client) -> Result<(), String> {
+    match client.request("_BENCH.PING", Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+        Err(e) => Err(format!("round trip: {e}")),
+    }
+}
+
+/// Polls `done` every millisecond; returns `since` if it already holds.
+async fn poll_until(
+    since: Instant,
+    what: &str,
+    done: impl Fn() -> bool,
+) -> Result<Instant, String> {
+    if done() {
+        return Ok(since);
+    }
+    let deadline = Instant::now() + ROUND_TIMEOUT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if done() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what} within {ROUND_TIMEOUT:?}"));
+        }
+    }
+}
+
+/// CPU time of every thread of process `pid` (nanoseconds, from `schedstat`).
+fn cpu_ns(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The machine's CPU time in all states and busy (not idle, not iowait), in nanoseconds,
+/// from `/proc/stat` (ticks of 10 ms).
+fn machine_ns() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    let total: u64 = (0..8).map(get).sum();
+    let busy = total - get(3) - get(4);
+    (total * 10_000_000, busy * 10_000_000)
+}
+
+fn stream_config(prefix: &str) -> jetstream::stream::Config {
+    // As the link makes it (see `LinkShared::stream`), with the link's default options.
+    let defaults = JetStreamOptions::default();
+    jetstream::stream::Config {
+        name: prefix.to_ascii_uppercase(),
+        subjects: vec![format!("{prefix}.>"), format!("{prefix}-dead.>")],
+        duplicate_window: defaults.duplicate_window,
+        storage: if defaults.memory_storage {
+            StorageType::Memory
+        } else {
+            StorageType::File
+        },
+        ..Default::default()
+    }
+}
+
+fn consumer_config(subject: &str) -> pull::Config {
+    // As the link's import makes it, with the default options.
+    let defaults = JetStreamOptions::default();
+    pull::Config {
+        durable_name: Some(DURABLE.to_string()),
+        filter_subject: subject.to_string(),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: defaults.ack_wait,
+        max_deliver: i64::from(defaults.max_deliver),
+        max_ack_pending: MAX_ACK_PENDING,
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receivers
+// ---------------------------------------------------------------------------------------------
+
+enum Receiver {
+    Raw {
+        client: Client,
+        task: JoinHandle<Result<Instant, String>>,
+        tally: Tally,
+        /// Set when the client reports a slow consumer (it dropped messages).
+        slow: Arc<AtomicBool>,
+    },
+    Link {
+        link: Link,
+        bus: Bus,
+        tally: Tally,
+        _subscription: Subscription,
+    },
+}
+
+async fn receiver(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Receiver, String> {
+    let subject = format!("{prefix}.{TOPIC}");
+    match side {
+        Side::Raw => {
+            let slow = Arc::new(AtomicBool::new(false));
+            let lost = slow.clone();
+            let client = async_nats::ConnectOptions::new()
+                .no_echo()
+                .subscription_capacity(IMPORT_BUFFER.max(cell.messages as usize))
+                .event_callback(move |event| {
+                    match event {
+                        async_nats::Event::SlowConsumer(_) => lost.store(true, Ordering::Relaxed),
+                        async_nats::Event::Connected
+                        | async_nats::Event::Draining
+                        | async_nats::Event::Closed => {}
+                        other => eprintln!("  (raw receiver connection: {other})"),
+                    }
+                    async {}
+                })
+                .connect(ctx.url.as_str())
+                .await
+                .or_fail("raw receiver connect")?;
+            // The raw receiver gets the JSON body as bytes: two quotes longer.
+            let tally = Tally::new(cell.messages, cell.size + 2);
+            let counted = tally.clone();
+            let task = match cell.kind {
+                Kind::Core => {
+                    let mut sub = client.subscribe(subject).await.or_fail("raw subscribe")?;
+                    round_trip(&client).await?;
+                    tokio::spawn(async move {
+                        while let Some(m) = sub.next().await {
+                            let len = match &m.headers {
+                                Some(h) if h.get("Ringbus-Id").is_some() => m.payload.len(),
+                                _ => usize::MAX,
+                            };
+                            if counted.record(len) {
+                                return Ok(Instant::now());
+                            }
+                        }
+                        Err("the raw subscription ended".to_string())
+                    })
+                }
+                Kind::Js => {
+                    let js = jetstream::new(client.clone());
+                    let stream = js
+                        .get_or_create_stream(stream_config(prefix))
+                        .await
+                        .or_fail("raw create stream")?;
+                    let consumer = stream
+                        .get_or_create_consumer(DURABLE, consumer_config(&subject))
+                        .await
+                        .or_fail("raw create consumer")?;
+                    let mut messages = consumer
+                        .stream()
+                        .max_messages_per_batch(PULL_BATCH)
+                        .heartbeat(Duration::from_secs(5))
+                        .expires(Duration::from_secs(30))
+                        .messages()
+                        .await
+                        .or_fail("raw pull")?;
+                    tokio::spawn(async move {
+                        while let Some(m) = messages.next().await {
+                            // A pull error (in practice a missed heartbeat: the client's pull
+                            // accounting stalled) cuts the round; it is run again.
+                            let m = match m {
+                                Ok(m) => m,
+                                Err(e) => {
+                                    return Err(format!(
+                                        "{STALL}: raw pull error after {} messages: {e}",
+                                        counted.seen()
+                                    ))
+                                }
+                            };
+                            let last = counted.record(m.payload.len());
+                            m.ack().await.map_err(|e| format!("raw ack: {e}"))?;
+                            if last {
+                                return Ok(Instant::now());
+                            }
+                        }
+                        Err("the raw pull ended".to_string())
+                    })
+                }
+            };
+            Ok(Receiver::Raw {
+                client,
+                task,
+                tally,
+                slow,
+            })
+        }
+        Side::Link | Side::Bus => {
+            let tally = Tally::new(cell.messages, cell.size);
+            let bus = Bus::builder().state(tally.clone()).build();
+            let subscription = if side == Side::Link {
+                let counted = tally.clone();
+                bus.subscribe(TOPIC, move |p: &Payload| {
+                    counted.record(p.body.len());
+                    std::future::ready(())
+                })
+            } else {
+                bus.register(count)
+            }
+            .or_fail("subscribe")?;
+            let link = Link::builder(ctx.url.as_str())
+                .prefix(prefix)
+                .import_buffer(IMPORT_BUFFER.max(cell.messages as usize))
+                .connect(&bus)
+                .await
+                .or_fail("import link connect")?;
+            link.import::<Payload>(TOPIC, cell.kind.mode())
+                .await
+                .or_fail("import")?;
+            Ok(Receiver::Link {
+                link,
+                bus,
+                tally,
+                _subscription: subscription,
+            })
+        }
+    }
+}
+
+impl Receiver {
+    /// When the last message was received (JetStream: and acked).
+    async fn wait(&mut self, cell: Cell) -> Result<Instant, String> {
+        match self {
+            Receiver::Raw {
+                task, tally, slow, ..
+            } => {
+                let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
+                loop {
+                    match tokio::time::timeout(Duration::from_millis(100), &mut *task).await {
+                        Ok(Ok(r)) => return r,
+                        Ok(Err(e)) => return Err(format!("raw receiver panicked: {e}")),
+                        Err(_) if slow.load(Ordering::Relaxed) => {
+                            return Err(format!(
+                                "the raw client dropped messages (slow consumer); {} of {} arrived",
+                                tally.seen(),
+                                cell.messages
+                            ))
+                        }
+                        Err(_) if tokio::time::Instant::now() > deadline => {
+                            return Err(format!(
+                                "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
+                                tally.seen(),
+                                cell.messages
+                            ))
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+            Receiver::Link { link, tally, .. } => {
+                let handled = tally
+                    .wait(|| {
+                        let s = link.stats();
+                        if s.import_errors > 0 {
+                            return Some(format!(
+                                "{STALL}: import pull error after {} messages",
+                                s.imported
+                            ));
+                        }
+                        (s.slow_consumer > 0 || s.bad_input > 0)
+                            .then(|| format!("the import lost or refused messages: {s:?}"))
+                    })
+                    .await?;
+                if cell.kind == Kind::Core {
+                    return Ok(handled);
+                }
+                poll_until(handled, "the import did not ack every message", || {
+                    link.stats().acked >= cell.messages
+                })
+                .await
+            }
+        }
+    }
+
+    /// Checks the counts, then closes.
+    async fn finish(self, cell: Cell) -> Result<(), String> {
+        match self {
+            Receiver::Raw { client, tally, .. } => {
+                // The acks are fire and forget: let the server take them before draining.
+                round_trip(&client).await?;
+                let _ = client.drain().await;
+                tally.verify()
+            }
+            Receiver::Link {
+                link, bus, tally, ..
+            } => {
+                let report = link.close(Duration::from_secs(10)).await;
+                bus.close().await;
+                tally.verify()?;
+                let s = &report.stats;
+                if !report.complete
+                    || s.imported != cell.messages
+                    || s.bad_input != 0
+                    || s.slow_consumer != 0
+                    || s.nacked != 0
+                    || s.import_errors != 0
+                    || (cell.kind == Kind::Js && s.acked != cell.messages)
+                {
+                    return Err(format!("import link: {report:?}"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Receiver {
+    /// Tears down a round that failed, without checking anything.
+    async fn abandon(self) {
+        let bounded = Duration::from_secs(5);
+        match self {
+            Receiver::Raw { client, task, .. } => {
+                task.abort();
+                let _ = tokio::time::timeout(bounded, client.drain()).await;
+            }
+            Receiver::Link { link, bus, .. } => {
+                link.close(bounded).await;
+                let _ = tokio::time::timeout(bounded, bus.close()).await;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Senders
+// ---------------------------------------------------------------------------------------------
+
+enum Sender {
+    Raw(Client),
+    Link { link: Link, bus: Bus },
+}
+
+/// The publishing loop of one round; the raw JetStream loop returns when its last ack came.
+type Publishing = JoinHandle<Result<Option<Instant>, String>>;
+
+async fn sender(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Sender, String> {
+    match side {
+        Side::Raw => {
+            let client = async_nats::ConnectOptions::new()
+                .no_echo()
+                .connect(ctx.url.as_str())
+                .await
+                .or_fail("raw sender connect")?;
+            if cell.kind == Kind::Js {
+                jetstream::new(client.clone())
+                    .get_or_create_stream(stream_config(prefix))
+                    .await
+                    .or_fail("raw create stream")?;
+            }
+            Ok(Sender::Raw(client))
+        }
+        Side::Link | Side::Bus => {
+            let bus = Bus::new();
+            let link = Link::builder(ctx.url.as_str())
+                .prefix(prefix)
+                .connect(&bus)
+                .await
+                .or_fail("export link connect")?;
+            link.export::<Payload>(TOPIC, cell.kind.mode())
+                .await
+                .or_fail("export")?;
+            Ok(Sender::Link { link, bus })
+        }
+    }
+}
+
+/// The headers the link sends, as a raw client user would set them.
+fn raw_headers(kind: Kind, tag: &str, n: u64) -> HeaderMap {
+    let id = format!("{tag}-{n}");
+    let mut headers = HeaderMap::new();
+    headers.insert("Ringbus-Topic", TOPIC);
+    if kind == Kind::Js {
+        headers.insert("Nats-Msg-Id", id.as_str());
+        headers.insert("Ringbus-Origin", tag);
+    }
+    headers.insert("Ringbus-Id", id);
+    headers
+}
+
+impl Sender {
+    fn start(&self, ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Publishing, String> {
+        let text = payload_text(cell.size);
+        let n = cell.messages;
+        let task = match self {
+            Sender::Raw(client) => {
+                let body = Bytes::from(serde_json::to_vec(&text).or_fail("encode")?);
+                let subject = Subject::from(format!("{prefix}.{TOPIC}"));
+                let tag = ctx.tag.clone();
+                let client = client.clone();
+                match cell.kind {
+                    Kind::Core => tokio::spawn(async move {
+                        for i in 0..n {
+                            client
+                                .publish_with_headers(
+                                    subject.clone(),
+                                    raw_headers(Kind::Core, &tag, i),
+                                    body.clone(),
+                                )
+                                .await
+                                .or_fail("raw publish")?;
+                        }
+                        client.flush().await.or_fail("raw flush")?;
+                        Ok(None)
+                    }),
+                    Kind::Js => tokio::spawn(async move {
+                        let js = jetstream::new(client);
+                        let mut window: VecDeque<jetstream::context::PublishAckFuture> =
+                            VecDeque::with_capacity(ACK_WINDOW);
+                        for i in 0..n {
+                            if window.len() == ACK_WINDOW {
+                                if let Some(ack) = window.pop_front() {
+                                    ack.await.or_fail("raw publish ack")?;
+                                }
+                            }
+                            let ack = js
+                                .publish_with_headers(
+                                    subject.clone(),
+                                    raw_headers(Kind::Js, &tag, i),
+                                    body.clone(),
+                                )
+                                .await
+                                .or_fail("raw publish")?;
+                            window.push_back(ack);
+                        }
+                        while let Some(ack) = window.pop_front() {
+                            ack.await.or_fail("raw publish ack")?;
+                        }
+                        Ok(Some(Instant::now()))
+                    }),
+                }
+            }
+            Sender::Link { bus, .. } => {
+                let bus = bus.clone();
+                if side == Side::Link {
+                    let topic = bus.topic::<Payload>(TOPIC).or_fail("topic")?;
+                    tokio::spawn(async move {
+                        for _ in 0..n {
+                            let msg = Payload { body: text.clone() };
+                            topic.publish(msg).await.or_fail("publish")?;
+                        }
+                        Ok(None)
+                    })
+                } else {
+                    tokio::spawn(async move {
+                        for _ in 0..n {
+                            let msg = Payload { body: text.clone() };
+                            bus.publish(TOPIC, msg).await.or_fail("publish")?;
+                        }
+                        Ok(None)
+                    })
+                }
+            }
+        };
+        Ok(task)
+    }
+
+    /// When every publish was done (JetStream: acked by the server); `since` if already.
+    async fn wait(&self, task: Publishing, cell: Cell, since: Instant) -> Result<Instant, String> {
+        let published = match tokio::time::timeout(ROUND_TIMEOUT, task).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(e)) => return Err(format!("publisher panicked: {e}")),
+            Err(_) => return Err("the publisher did not finish".to_string()),
+        };
+        match self {
+            Sender::Raw(_) => Ok(published.map_or(since, |t| t.max(since))),
+            Sender::Link { link, .. } if cell.kind == Kind::Js => {
+                poll_until(since, "the export was not acked", || {
+                    link.stats().export_acked >= cell.messages
+                })
+                .await
+            }
+            Sender::Link { .. } => Ok(since),
+        }
+    }
+
+    async fn finish(self, cell: Cell) -> Result<(), String> {
+        match self {
+            Sender::Raw(client) => {
+                round_trip(&client).await?;
+                let _ = client.drain().await;
+                Ok(())
+            }
+            Sender::Link { link, bus } => {
+                let report = link.close(Duration::from_secs(10)).await;
+                bus.close().await;
+                let s = &report.stats;
+                if !report.complete
+                    || s.exported != cell.messages
+                    || s.export_errors != 0
+                    || s.export_retries != 0
+                    || (cell.kind == Kind::Js && s.export_acked != cell.messages)
+                {
+                    return Err(format!("export link: {report:?}"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Sender {
+    /// Tears down a round that failed, without checking anything.
+    async fn abandon(self) {
+        let bounded = Duration::from_secs(5);
+        match self {
+            Sender::Raw(client) => {
+                let _ = tokio::time::timeout(bounded, client.drain()).await;
+            }
+            Sender::Link { link, bus } => {
+                link.close(bounded).await;
+                let _ = tokio::time::timeout(bounded, bus.close()).await;
+            }
+        }
+    }
+}
+
+/// JetStream: the stream holds each message once and the consumer has nothing pending.
+async fn verify_stream(ctx: &Ctx, prefix: &str, n: u64) -> Result<(), String> {
+    let name = prefix.to_ascii_uppercase();
+    let stream = ctx.admin.get_stream(&name).await.or_fail("get stream")?;
+    let stored = stream
+        .get_info()
+        .await
+        .or_fail("stream info")?
+        .state
+        .messages;
+    if stored != n {
+        return Err(format!("the stream holds {stored} messages, not {n}"));
+    }
+    let consumer: jetstream::consumer::PullConsumer =
+        stream.get_consumer(DURABLE).await.or_fail("get consumer")?;
+    // Acks are fire and forget: give the server a moment to apply the last ones.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = consumer.get_info().await.or_fail("consumer info")?;
+        if info.num_pending == 0 && info.num_ack_pending == 0 && info.num_redelivered == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the consumer has {} pending, {} unacked, {} redelivered",
+                info.num_pending, info.num_ack_pending, info.num_redelivered
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn round(ctx: &Ctx, system: System, cell: Cell) -> Result<Sample, String> {
+    let prefix = format!("nb{}", ctx.next_prefix.fetch_add(1, Ordering::Relaxed));
+    let result = measure(ctx, system, cell, &prefix).await;
+    if cell.kind == Kind::Js {
+        let _ = ctx.admin.delete_stream(prefix.to_ascii_uppercase()).await;
+    }
+    result
+}
+
+async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<Sample, String> {
+    let mut rx = receiver(ctx, system.recv, cell, prefix).await?;
+    let tx = match sender(ctx, system.send, cell, prefix).await {
+        Ok(tx) => tx,
+        Err(e) => {
+            rx.abandon().await;
+            return Err(e);
+        }
+    };
+    let server = ctx.server_pid.map(|p| p.to_string()).unwrap_or_default();
+    let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), machine_ns());
+    let start = Instant::now();
+    let measured = match tx.start(ctx, system.send, cell, prefix) {
+        Ok(task) => match rx.wait(cell).await {
+            Ok(received) => tx.wait(task, cell, received).await,
+            Err(e) => {
+                task.abort();
+                Err(e)
+            }
+        },
+        Err(e) => Err(e),
+    };
+    let end = match measured {
+        Ok(end) => end,
+        Err(e) => {
+            tx.abandon().await;
+            rx.abandon().await;
+            return Err(e);
+        }
+    };
+    let (client1, server1, machine1) = (cpu_ns("self"), cpu_ns(&server), machine_ns());
+    let sent = tx.finish(cell).await;
+    let received = rx.finish(cell).await;
+    sent?;
+    received?;
+    if cell.kind == Kind::Js {
+        verify_stream(ctx, prefix, cell.messages).await?;
+    }
+    let (client_cpu_ns, server_cpu_ns) = (
+        client1.saturating_sub(client0),
+        server1.saturating_sub(server0),
+    );
+    let total = machine1.0.saturating_sub(machine0.0).max(1) as f64;
+    let busy = machine1.1.saturating_sub(machine0.1) as f64;
+    Ok(Sample {
+        secs: (end - start).as_secs_f64(),
+        client_cpu_ns,
+        server_cpu_ns,
+        foreign: ((busy - (client_cpu_ns + server_cpu_ns) as f64) / total).max(0.0),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and the report
+// ---------------------------------------------------------------------------------------------
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    if s.is_empty() {
+        f64::NAN
+    } else if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+fn spread(v: &[f64]) -> (f64, f64, f64) {
+    (median(v), min(v), max(v))
+}
+
+/// Three significant digits.
+fn sig3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.0}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn fmt_spread((m, lo, hi): (f64, f64, f64), f: impl Fn(f64) -> String) -> String {
+    format!("{} [{}–{}]", f(m), f(lo), f(hi))
+}
+
+/// The figures of one cell: per system, its rounds in run order.
+struct CellResult {
+    cell: Cell,
+    systems: Vec<(System, Vec<Sample>)>,
+    failed: Option<String>,
+    /// Rounds cut by a JetStream pull stall and run again.
+    stalls: Vec<String>,
+}
+
+impl CellResult {
+    fn rates(&self, name: &str) -> Vec<f64> {
+        self.systems
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| {
+                v.iter()
+                    .map(|s| self.cell.messages as f64 / s.secs)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Per round: `name`'s rate over raw's rate in the same round.
+    fn ratios(&self, name: &str) -> Vec<f64> {
+        let (a, raw) = (self.rates(name), self.rates("raw"));
+        a.iter().zip(&raw).map(|(a, r)| a / r).collect()
+    }
+
+    fn cpu_us_per_msg(&self, name: &str, server: bool) -> Vec<f64> {
+        self.systems
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| {
+                v.iter()
+                    .map(|s| {
+                        let ns = if server {
+                            s.server_cpu_ns
+                        } else {
+                            s.client_cpu_ns
+                        };
+                        ns as f64 / 1e3 / self.cell.messages as f64
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn triple_json((m, lo, hi): (f64, f64, f64), round_to: impl Fn(f64) -> f64) -> Value {
+    json!({"median": round_to(m), "min": round_to(lo), "max": round_to(hi)})
+}
+
+fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The goal verdicts. Core: the per-round ratios link/raw reach parity (their range holds
+/// 1.0, or lies above it), so the cost is within what the rounds scatter. JetStream: the
+/// median per-round ratio is at least 0.90.
+fn goals(results: &[CellResult]) -> (Value, String) {
+    let mut core_met = true;
+    let mut js_met = true;
+    let mut lines = String::new();
+    for r in results.iter().filter(|r| r.failed.is_none()) {
+        let raw = r.rates("raw");
+        let link = r.rates("link");
+        if raw.is_empty() || link.is_empty() {
+            continue;
+        }
+        let ratio = spread(&r.ratios("link"));
+        let met = match r.cell.kind {
+            Kind::Core => {
+                let ok = ratio.2 >= 1.0;
+                core_met &= ok;
+                ok
+            }
+            Kind::Js => {
+                let ok = ratio.0 >= 0.90;
+                js_met &= ok;
+                ok
+            }
+        };
+        let _ = writeln!(
+            lines,
+            "- {} {} B: link/raw {:.2} [{:.2}–{:.2}]; link median {} vs raw {} [{}–{}]: {}",
+            r.cell.kind.name(),
+            r.cell.size,
+            ratio.0,
+            ratio.1,
+            ratio.2,
+            fmt_rate(median(&link)),
+            fmt_rate(median(&raw)),
+            fmt_rate(min(&raw)),
+            fmt_rate(max(&raw)),
+            if met { "met" } else { "NOT met" }
+        );
+    }
+    let has = |k: Kind| {
+        results
+            .iter()
+            .any(|r| r.cell.kind == k && r.failed.is_none())
+    };
+    let verdict = json!({
+        "core": {
+            "goal": "the link adds no cost distinguishable from the spread of the rounds over the raw client",
+            "criterion": "per payload: the largest per-round ratio link/raw is at least 1.0 (parity lies within the spread of the paired rounds)",
+            "met": if has(Kind::Core) { json!(core_met) } else { Value::Null },
+        },
+        "jetstream": {
+            "goal": "the link costs at most 10% over the raw client",
+            "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.90",
+            "met": if has(Kind::Js) { json!(js_met) } else { Value::Null },
+        },
+    });
+    (verdict, lines)
+}
+
+fn table(results: &[CellResult], names: &[&str]) -> String {
+    let mut t = String::new();
+    let _ = write!(t, "| mode | payload (body on the wire) | messages/round |");
+    for n in names {
+        let _ = write!(t, " {n} msgs/s |");
+    }
+    for n in names.iter().filter(|n| **n != "raw") {
+        let _ = write!(t, " {n}/raw |");
+    }
+    let _ = writeln!(t);
+    let cols = 3 + names.len() * 2 - 1;
+    let _ = writeln!(t, "|{}", "---|".repeat(cols));
+    for r in results {
+        let _ = write!(
+            t,
+            "| {} | {} B ({} B) | {} |",
+            r.cell.kind.name(),
+            r.cell.size,
+            r.cell.size + 2,
+            r.cell.messages
+        );
+        if let Some(why) = &r.failed {
+            let _ = writeln!(t, " failed: {why} |");
+            continue;
+        }
+        for n in names {
+            let _ = write!(t, " {} |", fmt_spread(spread(&r.rates(n)), fmt_rate));
+        }
+        for n in names.iter().filter(|n| **n != "raw") {
+            let _ = write!(
+                t,
+                " {} |",
+                fmt_spread(spread(&r.ratios(n)), |x| format!("{x:.2}"))
+            );
+        }
+        let _ = writeln!(t);
+    }
+    let _ = writeln!(
+        t,
+        "\nCPU per message, µs (median [min–max] of the rounds): this process (publisher, \
+         receiver and both clients) / the nats-server process.\n"
+    );
+    let _ = write!(t, "| mode | payload |");
+    for n in names {
+        let _ = write!(t, " {n} client | {n} server |");
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(t, "|{}", "---|".repeat(2 + names.len() * 2));
+    for r in results.iter().filter(|r| r.failed.is_none()) {
+        let _ = write!(t, "| {} | {} B |", r.cell.kind.name(), r.cell.size);
+        for n in names {
+            let us = |x: f64| format!("{x:.2}");
+            let _ = write!(
+                t,
+                " {} | {} |",
+                fmt_spread(spread(&r.cpu_us_per_msg(n, false)), us),
+                fmt_spread(spread(&r.cpu_us_per_msg(n, true)), us)
+            );
+        }
+        let _ = writeln!(t);
+    }
+    t
+}
+
+fn command(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn loadavg() -> Vec<f64> {
+    read("/proc/loadavg")
+        .split_whitespace()
+        .take(3)
+        .filter_map(|x| x.parse().ok())
+        .collect()
+}
+
+/// Versions from `Cargo.lock` of the crates the figures depend on.
+fn crate_versions() -> Value {
+    let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"));
+    let wanted = [
+        "async-nats",
+        "ringbus",
+        "ringbus-nats",
+        "serde_json",
+        "tokio",
+    ];
+    let mut out = serde_json::Map::new();
+    let mut name = "";
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = \"") {
+            name = n.trim_end_matches('"');
+        } else if let Some(v) = line.strip_prefix("version = \"") {
+            if wanted.contains(&name) {
+                out.insert(name.to_string(), json!(v.trim_end_matches('"')));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+fn machine() -> Value {
+    let cpuinfo = read("/proc/cpuinfo");
+    let field = |key: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|s| s.trim_matches('"').to_string())
+        .unwrap_or_else(|| std::env::consts::OS.to_string());
+    let rustc = command("rustc", &["-vV"]).unwrap_or_default();
+    let rustflags = match std::env::var("RUSTFLAGS") {
+        Ok(v) if v.is_empty() => "(cleared)".to_string(),
+        Ok(v) => v,
+        Err(_) => "(unset)".to_string(),
+    };
+    let server_bin = std::env::var("NATS_SERVER_BIN")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let server_version = [
+        server_bin.as_deref(),
+        Some("nats-server"),
+        Some("/usr/sbin/nats-server"),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|b| command(b, &["--version"]))
+    .unwrap_or_else(|| "unknown".to_string());
+    json!({
+        "cpu": field("model name"),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "virtualized": field("flags").split_whitespace().any(|f| f == "hypervisor"),
+        "os": format!("{os}, Linux {}", read("/proc/sys/kernel/osrelease").trim()),
+        "rustc": rustc.lines().next().unwrap_or("unknown"),
+        "llvm": rustc.lines().find_map(|l| l.strip_prefix("LLVM version: ")).unwrap_or(""),
+        "build_profile": if cfg!(debug_assertions) {
+            "debug assertions ON: not for publication"
+        } else {
+            "bench (release: opt-level 3, debug = 1, no debug assertions)"
+        },
+        "rustflags": rustflags,
+        "nats_server": server_version,
+        "crates": crate_versions(),
+        "commit": command("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default(),
+        "uncommitted_changes": command("git", &["status", "--porcelain", "--untracked-files=no"])
+            .is_some_and(|s| !s.is_empty()),
+    })
+}
+
+fn figures_json(results: &[CellResult]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for r in results.iter().filter(|r| r.failed.is_none()) {
+        for (system, samples) in &r.systems {
+            let rates = r.rates(system.name);
+            let mut f = json!({
+                "mode": r.cell.kind.name(),
+                "payload_bytes": r.cell.size,
+                "body_bytes_on_wire": r.cell.size + 2,
+                "messages_per_round": r.cell.messages,
+                "system": system.name,
+                "unit": "messages per second",
+                "median": sig3(median(&rates)),
+                "min": sig3(min(&rates)),
+                "max": sig3(max(&rates)),
+                "rounds": rates.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
+                "lost": 0,
+                "foreign_cpu_share_max": r3(samples.iter().map(|s| s.foreign).fold(0.0, f64::max)),
+                "client_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, false)), r3),
+                "server_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, true)), r3),
+            });
+            if system.name != "raw" {
+                f["ratio_to_raw"] = triple_json(spread(&r.ratios(system.name)), r3);
+            }
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Replaces the text between the table markers of `nats.md`, if it has them.
+fn update_page(path: &std::path::Path, table: &str) -> Result<bool, String> {
+    const START: &str = "<!-- nats-bench:table -->";
+    const END: &str = "<!-- /nats-bench:table -->";
+    let page = match std::fs::read_to_string(path) {
+        Ok(p) => p,
+        Err(_) => return Ok(false),
+    };
+    let (Some(a), Some(b)) = (page.find(START), page.find(END)) else {
+        return Ok(false);
+    };
+    if b < a {
+        return Ok(false);
+    }
+    let updated = format!("{}{START}\n{table}{}", &page[..a], &page[b..]);
+    std::fs::write(path, updated).or_fail("write nats.md")?;
+    Ok(true)
+}
+
+/// Sets the top-level `nats` key of `results.json`, keeping every other key as it is.
+fn write_results(path: &std::path::Path, nats: Value) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).or_fail("read results.json")?;
+    let mut results: Value = serde_json::from_str(&text).or_fail("parse results.json")?;
+    let Some(map) = results.as_object_mut() else {
+        return Err("results.json is not an object".into());
+    };
+    map.insert("nats".into(), nats);
+    let mut body = serde_json::to_string_pretty(&results).or_fail("serialise")?;
+    body.push('\n');
+    std::fs::write(path, body).or_fail("write results.json")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------------------------
+
+struct Options {
+    quick: bool,
+    diag: bool,
+    rounds: usize,
+    core: u64,
+    js: u64,
+    only: Option<Kind>,
+    /// Run only these systems (for profiling one of them); nothing is written.
+    systems: Option<Vec<String>>,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let quick = args.iter().any(|a| a == "quick");
+    let diag = args.iter().any(|a| a == "diag");
+    let value = |key: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    let num = |key: &str, default: u64| -> u64 {
+        value(key)
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
+            })
+            .unwrap_or(default)
+    };
+    let only = match value("only").as_deref() {
+        None => None,
+        Some("core") => Some(Kind::Core),
+        Some("js" | "jetstream") => Some(Kind::Js),
+        Some(v) => panic!("only={v}: core or js"),
+    };
+    let systems = value("systems").map(|v| v.split(',').map(str::to_string).collect());
+    Options {
+        systems,
+        quick,
+        diag,
+        rounds: num("rounds", if quick { 3 } else { 9 }) as usize,
+        core: num("core", if quick { 50_000 } else { 300_000 }),
+        js: num("js", if quick { 5_000 } else { 60_000 }),
+        only,
+    }
+}
+
+fn main() {
+    // `exit` skips destructors: the server is dropped (killed) before it.
+    let code = bench();
+    if code != 0 {
+        std::process::exit(code);
+    }
+}
+
+/// The whole run; its exit code.
+fn bench() -> i32 {
+    let o = options();
+    let Some(server) = NatsServer::start() else {
+        println!("nats bench SKIPPED: no nats-server binary (set NATS_SERVER_BIN or install it)");
+        return 0;
+    };
+    if cfg!(debug_assertions) {
+        eprintln!("warning: debug assertions are on; these figures are not for publication");
+    }
+    let started = Instant::now();
+    let load_start = loadavg();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let results = rt.block_on(run(&o, &server));
+    let duration = started.elapsed();
+    // What the server warned about (slow consumers, for instance).
+    for line in read(&server.log_path().to_string_lossy())
+        .lines()
+        .filter(|l| l.contains("[WRN]") || l.contains("[ERR]"))
+        .take(20)
+    {
+        eprintln!("nats-server: {line}");
+    }
+    let load_end = loadavg();
+    drop(rt);
+
+    let names: Vec<&str> = match &o.systems {
+        Some(only) => ["raw", "link", "bus", "export-only", "import-only"]
+            .into_iter()
+            .filter(|n| only.iter().any(|o| o == n))
+            .collect(),
+        None if o.diag => vec!["raw", "link", "bus", "export-only", "import-only"],
+        None => vec!["raw", "link", "bus"],
+    };
+    let table = table(&results, &names);
+    let (verdict, lines) = goals(&results);
+    println!("\n{table}\nGoals:\n{lines}");
+    println!(
+        "{} rounds per cell, {:.0} s in all",
+        o.rounds,
+        duration.as_secs_f64()
+    );
+    let failed = results.iter().any(|r| r.failed.is_some());
+    if failed {
+        eprintln!("a cell failed: nothing written");
+        return 1;
+    }
+    if o.quick || o.diag || o.only.is_some() || o.systems.is_some() {
+        println!("(quick, diag or partial run: results.json and nats.md left unchanged)");
+        return 0;
+    }
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks");
+    let nats = json!({
+        "about": "ringbus-nats beside the raw async-nats client: messages per second end to end \
+                  (first publish to last message received; JetStream: and every publish and \
+                  delivery acked), median, min and max of the interleaved rounds (rounds in run \
+                  order); ratio_to_raw = system / raw per round. Written by \
+                  crates/ringbus-nats/benches/nats.rs (`just nats-bench`); see nats.md.",
+        "machine": machine(),
+        "run": {
+            "command": "just nats-bench",
+            "date": command("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default(),
+            "duration_s": (duration.as_secs_f64() * 10.0).round() / 10.0,
+            "rounds": o.rounds,
+            "warmup_rounds": 1,
+            "order": "cell by cell; in each cell one warm-up round per system, then rounds raw, link, bus, raw, link, bus, ...",
+            "runtime": "tokio multi-thread, 2 workers; publisher and receiver in this process on two connections; one nats-server process",
+            "rounds_rerun_after_pull_stall": results
+                .iter()
+                .flat_map(|r| {
+                    r.stalls
+                        .iter()
+                        .map(move |s| format!("{} {} B: {s}", r.cell.kind.name(), r.cell.size))
+                })
+                .collect::<Vec<_>>(),
+            "foreign_cpu_share_max_round": r3(results
+                .iter()
+                .flat_map(|r| r.systems.iter().flat_map(|(_, v)| v.iter().map(|s| s.foreign)))
+                .fold(0.0, f64::max)),
+            "load_average_start": load_start,
+            "load_average_end": load_end,
+            "settings": {
+                "core_receive_buffer_messages": IMPORT_BUFFER.max(o.core as usize),
+                "jetstream_storage": "file",
+                "jetstream_ack_window": ACK_WINDOW,
+                "jetstream_pull_batch": PULL_BATCH,
+                "jetstream_max_ack_pending": MAX_ACK_PENDING,
+                "bus_capacity": 1024,
+            },
+        },
+        "figures": figures_json(&results),
+        "goals": verdict,
+    });
+    match write_results(&docs.join("results.json"), nats) {
+        Ok(()) => println!("wrote the \"nats\" key of docs/benchmarks/results.json"),
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    match update_page(&docs.join("nats.md"), &table) {
+        Ok(true) => println!("updated the table in docs/benchmarks/nats.md"),
+        Ok(false) => println!("docs/benchmarks/nats.md has no table markers: paste the table"),
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    0
+}
+
+async fn run(o: &Options, server: &NatsServer) -> Vec<CellResult> {
+    let url = server.url();
+    let admin = async_nats::connect(url.as_str())
+        .await
+        .expect("connect to the nats-server");
+    let ctx = Ctx {
+        url,
+        admin: jetstream::new(admin),
+        server_pid: server.pid(),
+        tag: format!("{:016x}", (u64::from(std::process::id()) << 32) | 0xbe4c),
+        next_prefix: AtomicU64::new(1),
+    };
+    let systems: Vec<System> = if o.diag {
+        vec![RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY]
+    } else {
+        vec![RAW, LINK, BUS]
+    };
+    let systems: Vec<System> = match &o.systems {
+        Some(only) => [RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY]
+            .into_iter()
+            .filter(|s| only.iter().any(|n| n == s.name))
+            .collect(),
+        None => systems,
+    };
+    let mut cells = Vec::new();
+    for kind in [Kind::Core, Kind::Js] {
+        if o.only.is_some_and(|k| k != kind) {
+            continue;
+        }
+        for size in [64, 512] {
+            let messages = if kind == Kind::Core { o.core } else { o.js };
+            cells.push(Cell {
+                kind,
+                size,
+                messages,
+            });
+        }
+    }
+    let mut results = Vec::new();
+    for cell in cells {
+        let mut result = CellResult {
+            cell,
+            systems: systems.iter().map(|s| (*s, Vec::new())).collect(),
+            failed: None,
+            stalls: Vec::new(),
+        };
+        println!(
+            "{} {} B, {} messages per round:",
+            cell.kind.name(),
+            cell.size,
+            cell.messages
+        );
+        let warmup = usize::from(!o.quick);
+        'rounds: for r in 0..warmup + o.rounds {
+            let mut line = format!("  round {r}{}:", if r < warmup { " (warm-up)" } else { "" });
+            for (i, system) in systems.iter().enumerate() {
+                let mut outcome = round(&ctx, *system, cell).await;
+                while let Err(e) = &outcome {
+                    if !e.starts_with(STALL) || result.stalls.len() >= MAX_STALL_RETRIES {
+                        break;
+                    }
+                    eprintln!("  ({} round {r} run again: {e})", system.name);
+                    result
+                        .stalls
+                        .push(format!("{} round {r}: {e}", system.name));
+                    outcome = round(&ctx, *system, cell).await;
+                }
+                match outcome {
+                    Ok(sample) => {
+                        let _ = write!(
+                            line,
+                            " {} {}{}",
+                            system.name,
+                            fmt_rate(cell.messages as f64 / sample.secs),
+                            if sample.foreign > 0.05 {
+                                format!(" (other processes {:.0}% CPU)", sample.foreign * 100.0)
+                            } else {
+                                String::new()
+                            }
+                        );
+                        if r >= warmup {
+                            result.systems[i].1.push(sample);
+                        }
+                    }
+                    Err(e) => {
+                        println!("{line}");
+                        let why = format!("{} round {r}: {e}", system.name);
+                        eprintln!("  ABORTED {} {} B: {why}", cell.kind.name(), cell.size);
+                        result.failed = Some(why);
+                        break 'rounds;
+                    }
+                }
+            }
+            println!("{line}");
+        }
+        results.push(result);
+    }
+    results
+}

@@ -1,0 +1,280 @@
+//! Exports: a bus subscriber per exported topic hands each local message to NATS.
+//!
+//! Core: `publish` into the client (bounded: it waits while the client's queue is full).
+//! JetStream: publish, then queue the ack future to this topic's acker task through a
+//! bounded channel (the ack window); the acker awaits acks in order and re-sends (same
+//! message id, deduplicated by the server) what was not acked, until `publish_retry_for`.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::Subject;
+use ringbus::{Handler, HandlerError, SubscribeOptions, Subscription};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::codec::Codec;
+use crate::error::LinkError;
+use crate::link::LinkShared;
+use crate::options::Mode;
+use crate::stats::add;
+use crate::wire::{encode, ExportError, Outgoing};
+
+/// A JetStream export awaiting its ack.
+struct Pending {
+    ack: PublishAckFuture,
+    message: Outgoing,
+    sent: Instant,
+}
+
+/// What `close` needs of a running export.
+pub(crate) struct ExportTask {
+    topic: String,
+    subscription: Subscription,
+    acker: Option<(JoinHandle<()>, Arc<AtomicU64>)>,
+}
+
+impl ExportTask {
+    /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
+    /// for the acks. `Err(n)`: `n` acks were still awaited at the deadline.
+    pub(crate) async fn finish(self, deadline: Instant) -> Result<(), u64> {
+        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
+        let pending = self.acker.as_ref().map(|(_, p)| p.clone());
+        let left = || pending.as_ref().map_or(0, |p| p.load(Ordering::Relaxed));
+        if unsubscribed.await.is_err() {
+            tracing::warn!(topic = %self.topic, "ringbus-nats close: export not flushed in time");
+            if let Some((acker, _)) = &self.acker {
+                acker.abort();
+            }
+            return Err(left().max(1));
+        }
+        if let Some((acker, _)) = self.acker {
+            // The subscriber's task ended and dropped the handler, so the channel is closed:
+            // the acker ends once the window is empty.
+            if tokio::time::timeout_at(deadline, acker).await.is_err() {
+                return Err(left());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops at once; returns the acks that were still awaited.
+    pub(crate) fn abort(self) -> u64 {
+        match self.acker {
+            Some((acker, pending)) => {
+                acker.abort();
+                pending.load(Ordering::Relaxed)
+            }
+            None => 0,
+        }
+    }
+}
+
+/// The handler of an export subscriber.
+struct Exporter<T, C> {
+    link: Arc<LinkShared>,
+    topic: Arc<str>,
+    subject: Subject,
+    codec: C,
+    /// JetStream: the ack window.
+    acks: Option<(mpsc::Sender<Pending>, Arc<AtomicU64>)>,
+    _message: PhantomData<fn(&T)>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
+    async fn export(&self, msg: &T) -> Result<(), ExportError> {
+        if self.codec.is_imported(msg) {
+            add(&self.link.counters.echo_skipped);
+            return Ok(());
+        }
+        let origin = self.acks.as_ref().map(|_| self.link.id.as_str());
+        let message = encode(
+            &self.codec,
+            msg,
+            &self.topic,
+            origin,
+            self.link.max_message_bytes,
+        )?;
+        match &self.acks {
+            None => {
+                self.link
+                    .client
+                    .publish_with_headers(self.subject.clone(), message.headers, message.body)
+                    .await
+                    .map_err(|e| ExportError::Publish(e.to_string()))?;
+            }
+            Some((window, pending)) => {
+                let sent = Instant::now();
+                let ack = publish_js(&self.link, &self.subject, &message, sent).await?;
+                pending.fetch_add(1, Ordering::Relaxed);
+                // Waits while the window is full: backpressure into the bus.
+                if window.send(Pending { ack, message, sent }).await.is_err() {
+                    pending.fetch_sub(1, Ordering::Relaxed);
+                    return Err(ExportError::Publish("the link is closing".into()));
+                }
+            }
+        }
+        add(&self.link.counters.exported);
+        Ok(())
+    }
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> Handler<T> for Exporter<T, C> {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        msg: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move {
+            self.export(msg).await.map_err(|e| {
+                add(&self.link.counters.export_errors);
+                tracing::warn!(
+                    topic = %self.topic,
+                    subject = %self.subject,
+                    error = %e,
+                    "ringbus-nats: message not exported"
+                );
+                HandlerError::new(e)
+            })
+        }
+    }
+}
+
+/// Sends a JetStream publish, retrying while the client refuses it (closed channel during a
+/// reconnect), until `publish_retry_for` after `sent`.
+async fn publish_js(
+    link: &LinkShared,
+    subject: &Subject,
+    message: &Outgoing,
+    sent: Instant,
+) -> Result<PublishAckFuture, ExportError> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match link
+            .jetstream
+            .publish_with_headers(
+                subject.clone(),
+                message.headers.clone(),
+                message.body.clone(),
+            )
+            .await
+        {
+            Ok(ack) => return Ok(ack),
+            Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
+                return Err(ExportError::Publish(e.to_string()))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "ringbus-nats: JetStream publish refused; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// The acker of one JetStream export: awaits acks in order, re-sends what was not acked.
+async fn ack_loop(
+    link: Arc<LinkShared>,
+    topic: Arc<str>,
+    subject: Subject,
+    mut window: mpsc::Receiver<Pending>,
+    pending: Arc<AtomicU64>,
+) {
+    while let Some(Pending { ack, message, sent }) = window.recv().await {
+        let mut ack = Some(ack);
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let result = match ack.take() {
+                Some(fut) => fut.await.map_err(|e| e.to_string()),
+                None => Err("not sent".to_string()),
+            };
+            match result {
+                Ok(ack) => {
+                    add(&link.counters.export_acked);
+                    if ack.duplicate {
+                        add(&link.counters.export_duplicates);
+                    }
+                    break;
+                }
+                Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
+                    add(&link.counters.export_errors);
+                    tracing::error!(
+                        topic = %topic,
+                        error = %e,
+                        "ringbus-nats: JetStream never acknowledged an export; giving up on it"
+                    );
+                    break;
+                }
+                Err(e) => {
+                    add(&link.counters.export_retries);
+                    tracing::debug!(topic = %topic, error = %e, "ringbus-nats: re-sending an unacked export");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    ack = publish_js(&link, &subject, &message, sent).await.ok();
+                }
+            }
+        }
+        pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Starts exporting `topic`.
+pub(crate) async fn start<T, C>(
+    link: &Arc<LinkShared>,
+    topic: &str,
+    subject: String,
+    mode: Mode,
+    codec: C,
+) -> Result<ExportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let subject = Subject::from(subject);
+    let topic: Arc<str> = Arc::from(topic);
+    let (acks, acker) = match mode {
+        Mode::Core => (None, None),
+        Mode::JetStream => {
+            link.stream(&subject).await?;
+            let (tx, rx) = mpsc::channel(link.js.ack_window.max(1));
+            let pending = Arc::new(AtomicU64::new(0));
+            let acker = tokio::spawn(ack_loop(
+                link.clone(),
+                topic.clone(),
+                subject.clone(),
+                rx,
+                pending.clone(),
+            ));
+            (Some((tx, pending.clone())), Some((acker, pending)))
+        }
+    };
+    let exporter = Exporter::<T, C> {
+        link: link.clone(),
+        topic: topic.clone(),
+        subject,
+        codec,
+        acks,
+        _message: PhantomData,
+    };
+    let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));
+    let subscription = match link.bus.subscribe_with(&topic, options, exporter) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some((acker, _)) = acker {
+                acker.abort();
+            }
+            return Err(e.into());
+        }
+    };
+    tracing::info!(topic = %topic, ?mode, "ringbus-nats: exporting");
+    Ok(ExportTask {
+        topic: topic.to_string(),
+        subscription,
+        acker,
+    })
+}

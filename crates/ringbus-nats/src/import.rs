@@ -1,0 +1,362 @@
+//! Imports: a task per imported topic publishes what arrives from NATS into the local bus.
+//!
+//! Core: a subscription (no echo on the connection); each message is decoded and published
+//! with the bus's backpressure, while the client buffers up to `import_buffer` messages.
+//! JetStream: a durable pull consumer with explicit acks; each message is published with a
+//! delivery receipt and settled once every local subscriber has handled it: acked, or nacked
+//! with a delay, or (at the last allowed delivery) dead-lettered and terminated.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use futures_util::StreamExt;
+use ringbus::{Context, Delivered, PublishError, Topic};
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
+use crate::error::LinkError;
+use crate::link::LinkShared;
+use crate::options::Mode;
+use crate::stats::add;
+use crate::wire::{decode, origin, BadInput};
+
+/// What `close` needs of a running import.
+pub(crate) struct ImportTask {
+    task: JoinHandle<()>,
+}
+
+impl ImportTask {
+    /// Waits for the task until `deadline`: it stops taking messages (the link's
+    /// `stop_imports` is cancelled) and settles what it holds. False if the deadline cut it
+    /// (the task is then aborted; JetStream delivers what it held again after the ack wait).
+    pub(crate) async fn finish(mut self, deadline: tokio::time::Instant) -> bool {
+        if tokio::time::timeout_at(deadline, &mut self.task)
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        self.task.abort();
+        false
+    }
+}
+
+/// Logs and counts a refused message; never logs its body.
+fn refuse(link: &LinkShared, topic: &str, subject: &str, reason: &BadInput) {
+    add(&link.counters.bad_input);
+    tracing::warn!(
+        topic = %topic,
+        subject = %subject,
+        reason = %reason,
+        "ringbus-nats: refused a message from NATS"
+    );
+}
+
+/// Starts importing `topic`.
+pub(crate) async fn start<T, C>(
+    link: &Arc<LinkShared>,
+    topic: &str,
+    subject: String,
+    mode: Mode,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let local = link.bus.topic::<T>(topic)?;
+    let task = match mode {
+        Mode::Core => {
+            let subscriber = link
+                .client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+            // The server knows the subscription once this returns: a message exported right
+            // after `import` returns is delivered.
+            link.round_trip()
+                .await
+                .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+            tokio::spawn(core_loop(link.clone(), local, subject, codec, subscriber))
+        }
+        Mode::JetStream => {
+            let stream = link.stream(&subject).await?;
+            let durable = crate::subject::durable_name(&[&link.js.durable, topic]);
+            let config = pull::Config {
+                durable_name: Some(durable.clone()),
+                filter_subject: subject.clone(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: link.js.ack_wait,
+                max_deliver: i64::from(link.js.max_deliver.max(1)),
+                max_ack_pending: link.js.max_in_flight.max(1) as i64,
+                ..Default::default()
+            };
+            let consumer = stream
+                .get_or_create_consumer(&durable, config)
+                .await
+                .map_err(|e| LinkError::JetStream(e.to_string()))?;
+            tokio::spawn(js_loop(link.clone(), local, subject, codec, consumer))
+        }
+    };
+    tracing::info!(topic = %topic, ?mode, "ringbus-nats: importing");
+    Ok(ImportTask { task })
+}
+
+async fn core_loop<T, C>(
+    link: Arc<LinkShared>,
+    local: Topic<T>,
+    subject: String,
+    codec: C,
+    mut subscriber: async_nats::Subscriber,
+) where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    loop {
+        let message = tokio::select! {
+            biased;
+            _ = link.stop_imports.cancelled() => break,
+            m = subscriber.next() => match m {
+                Some(m) => m,
+                None => break,
+            },
+        };
+        let msg = match decode(
+            &codec,
+            local.name(),
+            message.headers.as_ref(),
+            &message.payload,
+            link.max_message_bytes,
+        ) {
+            Ok(msg) => msg,
+            Err(reason) => {
+                refuse(&link, local.name(), &subject, &reason);
+                continue;
+            }
+        };
+        // Not cancelled by the close: a message taken from NATS is handed over.
+        match local.publish(msg).await {
+            Ok(()) => add(&link.counters.imported),
+            Err(e) => {
+                tracing::warn!(
+                    topic = %local.name(),
+                    error = %e,
+                    "ringbus-nats: the local bus refused an import; stopping this import"
+                );
+                break;
+            }
+        }
+    }
+    if let Err(e) = subscriber.unsubscribe().await {
+        tracing::debug!(error = %e, "ringbus-nats: unsubscribe failed");
+    }
+}
+
+async fn js_loop<T, C>(
+    link: Arc<LinkShared>,
+    local: Topic<T>,
+    subject: String,
+    codec: C,
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+) where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let permits = Arc::new(Semaphore::new(link.js.max_in_flight.max(1)));
+    let mut settling = JoinSet::new();
+    let mut retry = Duration::from_millis(100);
+    'pull: while !link.stop_imports.is_cancelled() {
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(link.js.pull_batch.max(1))
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await;
+        let mut messages = match messages {
+            Ok(m) => m,
+            Err(e) => {
+                add(&link.counters.import_errors);
+                tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull failed; retrying");
+                tokio::select! {
+                    _ = link.stop_imports.cancelled() => break 'pull,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        loop {
+            // Reap settled messages so the set does not grow.
+            while settling.try_join_next().is_some() {}
+            // At most `max_in_flight` messages held: taken before pulling the next one.
+            let permit = tokio::select! {
+                biased;
+                _ = link.stop_imports.cancelled() => break 'pull,
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break 'pull,
+                },
+            };
+            let next = tokio::select! {
+                biased;
+                _ = link.stop_imports.cancelled() => break 'pull,
+                m = messages.next() => m,
+            };
+            let message = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    add(&link.counters.import_errors);
+                    tracing::debug!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull error");
+                    continue;
+                }
+                // The stream of pulls ended (for instance the consumer was recreated):
+                // start a new one.
+                None => continue 'pull,
+            };
+            retry = Duration::from_millis(100);
+            if origin(message.headers.as_ref()) == Some(link.id.as_str()) {
+                // Our own export, back from the stream: not for us.
+                add(&link.counters.echo_skipped);
+                settle(&link, &message, AckKind::Ack).await;
+                continue;
+            }
+            let msg = match decode(
+                &codec,
+                local.name(),
+                message.headers.as_ref(),
+                &message.payload,
+                link.max_message_bytes,
+            ) {
+                Ok(msg) => msg,
+                Err(reason) => {
+                    refuse(&link, local.name(), &subject, &reason);
+                    dead_letter(&link, local.name(), &message, &reason.to_string()).await;
+                    continue;
+                }
+            };
+            match local.publish_tracked(&Context::new(), msg).await {
+                Ok(delivery) => {
+                    add(&link.counters.imported);
+                    link.held.fetch_add(1, Ordering::Relaxed);
+                    let link = link.clone();
+                    let topic = local.name().to_string();
+                    settling.spawn(async move {
+                        let outcome = delivery.wait().await;
+                        settle_outcome(&link, &topic, &message, outcome).await;
+                        link.held.fetch_sub(1, Ordering::Relaxed);
+                        drop(permit);
+                    });
+                }
+                Err(PublishError::Closed(_)) => {
+                    // The bus is closing: give it back for a later delivery.
+                    settle(&link, &message, AckKind::Nak(None)).await;
+                    break 'pull;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: the local bus refused an import");
+                    settle(&link, &message, AckKind::Nak(Some(link.js.nack_delay))).await;
+                }
+            }
+        }
+    }
+    // Stop pulling (the stream of pulls is dropped above), then settle what is held.
+    while settling.join_next().await.is_some() {}
+}
+
+/// Acks, nacks or dead-letters one import after the local subscribers handled it.
+async fn settle_outcome(
+    link: &LinkShared,
+    topic: &str,
+    message: &jetstream::Message,
+    outcome: Delivered,
+) {
+    if outcome.is_ok() {
+        if settle(link, message, AckKind::Ack).await {
+            add(&link.counters.acked);
+        }
+        return;
+    }
+    let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+    if delivered >= i64::from(link.js.max_deliver.max(1)) {
+        let reason = format!(
+            "{} of {} handlers failed on delivery {delivered} (the last allowed)",
+            outcome.failed + outcome.missed,
+            outcome.subscribers
+        );
+        dead_letter(link, topic, message, &reason).await;
+    } else {
+        tracing::debug!(
+            topic,
+            delivered,
+            "ringbus-nats: a handler failed; delivering again later"
+        );
+        if settle(link, message, AckKind::Nak(Some(link.js.nack_delay))).await {
+            add(&link.counters.nacked);
+        }
+    }
+}
+
+/// Sends an ack of `kind`; false (logged and counted) if it could not be sent.
+async fn settle(link: &LinkShared, message: &jetstream::Message, kind: AckKind) -> bool {
+    match message.ack_with(kind).await {
+        Ok(()) => true,
+        Err(e) => {
+            add(&link.counters.ack_errors);
+            tracing::warn!(error = %e, "ringbus-nats: could not settle a JetStream message");
+            false
+        }
+    }
+}
+
+/// Copies `message` to the dead-letter subject of `topic` (with the reason as a header) and
+/// terminates it.
+async fn dead_letter(link: &LinkShared, topic: &str, message: &jetstream::Message, reason: &str) {
+    let subject = match crate::subject::subject(&link.dead_letter_prefix, topic) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "ringbus-nats: no dead-letter subject");
+            settle(link, message, AckKind::Term).await;
+            return;
+        }
+    };
+    let mut headers = message.headers.clone().unwrap_or_default();
+    // The copy is a message of its own: the original's dedup id would make the stream drop it.
+    if let Some(id) = headers.get(NATS_MSG_ID).map(|v| v.to_string()) {
+        if let Ok(v) = format!("{id}.dead").parse::<async_nats::HeaderValue>() {
+            headers.insert(NATS_MSG_ID, v);
+        }
+    }
+    let one_line: String = reason.chars().filter(|c| !c.is_control()).collect();
+    if let Ok(v) = one_line.parse::<async_nats::HeaderValue>() {
+        headers.insert(ERROR_HEADER, v);
+    }
+    let stored = match link
+        .jetstream
+        .publish_with_headers(subject.clone(), headers, message.payload.clone())
+        .await
+    {
+        Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let id = message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(ID_HEADER))
+        .map(|v| v.to_string());
+    match stored {
+        Ok(()) => {
+            add(&link.counters.dead_lettered);
+            tracing::warn!(topic, id = ?id, %subject, reason, "ringbus-nats: message dead-lettered");
+            settle(link, message, AckKind::Term).await;
+        }
+        Err(e) => {
+            // Not stored: leave it to the server's redelivery rather than lose it.
+            tracing::error!(topic, id = ?id, error = %e, "ringbus-nats: dead-lettering failed; the message will be delivered again");
+            settle(link, message, AckKind::Nak(Some(link.js.nack_delay))).await;
+        }
+    }
+}

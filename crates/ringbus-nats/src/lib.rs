@@ -1,0 +1,68 @@
+//! Links topics of a local [`ringbus`] bus to NATS subjects, so the same handlers run across
+//! processes and machines.
+//!
+//! The bus stays the router and the in-process transport; a [`Link`] is one NATS
+//! connection (through the NATS team's `async-nats` client) that exports chosen topics
+//! (local messages go out), imports others (messages from NATS are published into the local
+//! bus, where the local subscribers handle them like any other), or links a topic both ways.
+//!
+//! Each topic picks its [`Mode`] when it is linked:
+//!
+//! | | [`Mode::Core`] | [`Mode::JetStream`] |
+//! |---|---|---|
+//! | delivery | at most once | at least once (handlers must be idempotent) |
+//! | export | handed to the client, no ack | server ack awaited in bounded windows; re-sent with the same id until acked (server dedup) |
+//! | import | subscription; the client buffers up to `import_buffer` messages, beyond which it drops and reports a slow consumer (logged, counted) | durable pull consumer; acked once every local subscriber handled the message; a handler failure nacks with a delay; after `max_deliver` deliveries the message goes to the dead-letter subject and is terminated |
+//! | echo | the connection never receives its own messages (no-echo) | the origin header filters the link's own exports |
+//!
+//! Topic `t` travels on `<prefix>.t`. The body is encoded by a [`Codec`] ([`Json`] by
+//! default); the topic, the message id and user [`Headers`] travel as NATS headers. An
+//! [`Envelope`] carries an id and headers with its body, and records that it was imported,
+//! which a topic linked both ways needs.
+//!
+//! ```no_run
+//! use ringbus::Bus;
+//! use ringbus_nats::{Link, Mode};
+//! use std::time::Duration;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize, Debug)]
+//! struct Order { id: u64, cents: u64 }
+//! #[derive(serde::Serialize, serde::Deserialize, Debug)]
+//! struct Receipt { order: u64 }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let bus = Bus::new();
+//! let _audit = bus.subscribe("orders", |o: &Order| {
+//!     let id = o.id;
+//!     async move { println!("order {id}") }
+//! })?;
+//! let link = Link::builder("nats://127.0.0.1:4222").prefix("shop").connect(&bus).await?;
+//! link.import::<Order>("orders", Mode::JetStream).await?;   // orders from other processes
+//! link.export::<Receipt>("receipts", Mode::Core).await?;    // receipts to them
+//! // ... run ...
+//! let report = link.close(Duration::from_secs(5)).await;     // settle, flush, drain
+//! assert!(report.complete);
+//! bus.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Bad input from the wire (a body that does not decode, missing headers, an oversized
+//! message) is logged without its body and counted ([`LinkStats::bad_input`]); on JetStream
+//! it is dead-lettered. It never panics and never stalls the link.
+
+mod codec;
+mod error;
+mod export;
+mod import;
+mod link;
+mod options;
+mod stats;
+mod subject;
+pub mod testing;
+mod wire;
+
+pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
+pub use error::LinkError;
+pub use link::{Link, LinkBuilder};
+pub use options::{Auth, JetStreamOptions, Mode, Tls};
+pub use stats::{ConnectionState, LinkCloseReport, LinkStats};

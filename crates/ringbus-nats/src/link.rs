@@ -1,0 +1,699 @@
+//! The link: one NATS connection that exports chosen local topics and imports others.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::{Client, ConnectOptions, Event};
+use ringbus::Bus;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{process_tag, Codec, Json};
+use crate::error::LinkError;
+use crate::options::{Auth, JetStreamOptions, Mode, Tls};
+use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
+use crate::{export, import, subject};
+
+/// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
+/// subject prefix.
+///
+/// ```no_run
+/// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_nats::LinkError> {
+/// use ringbus_nats::{Auth, Link, Mode};
+/// let link = Link::builder("nats://127.0.0.1:4222")
+///     .auth(Auth::user_password("orders-svc", "s3cret"))
+///     .prefix("shop")
+///     .connect(bus)
+///     .await?;
+/// link.export::<u64>("orders", Mode::JetStream).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LinkBuilder {
+    url: String,
+    auth: Auth,
+    tls: Tls,
+    prefix: String,
+    dead_letter_prefix: Option<String>,
+    name: Option<String>,
+    jetstream: JetStreamOptions,
+    import_buffer: usize,
+    max_message_bytes: Option<usize>,
+    connection_timeout: Duration,
+}
+
+impl LinkBuilder {
+    fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            auth: Auth::None,
+            tls: Tls::default(),
+            prefix: "ringbus".to_string(),
+            dead_letter_prefix: None,
+            name: None,
+            jetstream: JetStreamOptions::default(),
+            import_buffer: 4096,
+            max_message_bytes: None,
+            connection_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Credentials (default: none).
+    pub fn auth(mut self, auth: Auth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// TLS settings (default: TLS only if the server asks for it).
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The subject prefix: topic `t` travels on `<prefix>.t`. Default: `ringbus`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where JetStream dead letters go: `<dead_letter_prefix>.<topic>`. Default:
+    /// `<prefix>-dead`.
+    pub fn dead_letter_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.dead_letter_prefix = Some(prefix.into());
+        self
+    }
+
+    /// The connection's name, as the server shows it.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// JetStream settings.
+    pub fn jetstream(mut self, options: JetStreamOptions) -> Self {
+        self.jetstream = options;
+        self
+    }
+
+    /// Messages the client buffers per core import while the local bus applies
+    /// backpressure. Beyond it the client drops messages and reports a slow consumer, which
+    /// the link logs and counts. Default: 4096.
+    pub fn import_buffer(mut self, messages: usize) -> Self {
+        self.import_buffer = messages.max(1);
+        self
+    }
+
+    /// The largest body accepted from or sent to NATS. Default: the server's `max_payload`.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = Some(bytes);
+        self
+    }
+
+    /// How long connecting may take. Default: 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Connects, checking the prefixes first. A refused password or an unreachable server is
+    /// an `Err` here. Once connected, the client reconnects by itself whenever the
+    /// connection drops.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the connection being made.
+    pub async fn connect(self, bus: &Bus) -> Result<Link, LinkError> {
+        subject::check(&self.prefix, "prefix")?;
+        let dead_letter_prefix = self
+            .dead_letter_prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}-dead", self.prefix));
+        subject::check(&dead_letter_prefix, "dead-letter prefix")?;
+        if dead_letter_prefix == self.prefix
+            || dead_letter_prefix.starts_with(&format!("{}.", self.prefix))
+        {
+            return Err(LinkError::BadSubject {
+                what: "dead-letter prefix",
+                name: dead_letter_prefix,
+                reason: "it must not lie under the topic prefix",
+            });
+        }
+        let counters = Arc::new(Counters::default());
+        let closed = Arc::new(Notify::new());
+        let client_closed = Arc::new(AtomicBool::new(false));
+        let options = self
+            .connect_options(counters.clone(), closed.clone(), client_closed.clone())
+            .await?;
+        let client = options
+            .connect(self.url.as_str())
+            .await
+            .map_err(LinkError::Connect)?;
+        counters.set_state(ConnectionState::Connected);
+        static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+        let id = format!(
+            "{}-{}",
+            process_tag(),
+            NEXT_LINK.fetch_add(1, Ordering::Relaxed)
+        );
+        let max_message_bytes = self
+            .max_message_bytes
+            .unwrap_or_else(|| client.server_info().max_payload);
+        let jetstream = jetstream::new(client.clone());
+        let stream_name = self
+            .jetstream
+            .stream
+            .clone()
+            .unwrap_or_else(|| subject::durable_name(&[&self.prefix]).to_ascii_uppercase());
+        tracing::info!(
+            link = %id,
+            prefix = %self.prefix,
+            server = %client.server_info().server_id,
+            "ringbus-nats link connected"
+        );
+        Ok(Link {
+            inner: Arc::new(LinkShared {
+                id,
+                bus: bus.clone(),
+                client,
+                jetstream,
+                prefix: self.prefix,
+                dead_letter_prefix,
+                stream_name,
+                js: self.jetstream,
+                max_message_bytes,
+                counters,
+                closed_event: closed,
+                client_closed,
+                stop_imports: CancellationToken::new(),
+                closing: AtomicBool::new(false),
+                held: AtomicU64::new(0),
+                parts: Mutex::new(Parts::default()),
+                stream_setup: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    async fn connect_options(
+        &self,
+        counters: Arc<Counters>,
+        closed: Arc<Notify>,
+        client_closed: Arc<AtomicBool>,
+    ) -> Result<ConnectOptions, LinkError> {
+        let mut options = match &self.auth {
+            Auth::None => ConnectOptions::new(),
+            Auth::UserPassword { user, password } => {
+                ConnectOptions::with_user_and_password(user.clone(), password.clone())
+            }
+            Auth::Token(token) => ConnectOptions::with_token(token.clone()),
+            Auth::NKey(seed) => ConnectOptions::with_nkey(seed.clone()),
+            Auth::CredsFile(path) => ConnectOptions::with_credentials_file(path)
+                .await
+                .map_err(LinkError::Credentials)?,
+        };
+        if self.tls.required {
+            options = options.require_tls(true);
+        }
+        for root in &self.tls.root_certificates {
+            options = options.add_root_certificates(root.clone());
+        }
+        if let Some((cert, key)) = &self.tls.client_certificate {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        if let Some(name) = &self.name {
+            options = options.name(name);
+        }
+        Ok(options
+            // A core import never sees what this connection exported.
+            .no_echo()
+            .subscription_capacity(self.import_buffer)
+            .connection_timeout(self.connection_timeout)
+            .event_callback(move |event| {
+                on_event(&counters, &closed, &client_closed, event);
+                async {}
+            }))
+    }
+}
+
+/// Connection events: logged, counted, and the state kept for `stats`.
+fn on_event(counters: &Counters, closed: &Notify, client_closed: &AtomicBool, event: Event) {
+    match event {
+        Event::Connected => {
+            add(&counters.connects);
+            counters.set_state(ConnectionState::Connected);
+            tracing::info!("ringbus-nats: connected to NATS");
+        }
+        Event::Disconnected => {
+            add(&counters.disconnects);
+            counters.set_state(ConnectionState::Disconnected);
+            tracing::warn!("ringbus-nats: disconnected from NATS; reconnecting");
+        }
+        Event::SlowConsumer(sid) => {
+            add(&counters.slow_consumer);
+            tracing::warn!(
+                subscription = sid,
+                "ringbus-nats: slow consumer, the client dropped messages for a core import \
+                 (raise import_buffer or speed up its handlers)"
+            );
+        }
+        Event::Closed => {
+            counters.set_state(ConnectionState::Closed);
+            client_closed.store(true, Ordering::Release);
+            closed.notify_waiters();
+            tracing::info!("ringbus-nats: connection closed");
+        }
+        Event::LameDuckMode => {
+            tracing::warn!("ringbus-nats: the server is entering lame duck mode");
+        }
+        Event::Draining => tracing::debug!("ringbus-nats: draining the connection"),
+        Event::ServerError(e) => {
+            add(&counters.client_errors);
+            tracing::warn!(error = %e, "ringbus-nats: server error");
+        }
+        Event::ClientError(e) => {
+            add(&counters.client_errors);
+            tracing::warn!(error = %e, "ringbus-nats: client error");
+        }
+    }
+}
+
+/// The running parts of a link, stopped by `close`.
+#[derive(Default)]
+struct Parts {
+    linked: HashSet<(String, &'static str)>,
+    imports: Vec<import::ImportTask>,
+    exports: Vec<export::ExportTask>,
+}
+
+pub(crate) struct LinkShared {
+    /// This link's id: the origin header of its JetStream exports.
+    pub(crate) id: String,
+    pub(crate) bus: Bus,
+    pub(crate) client: Client,
+    pub(crate) jetstream: jetstream::Context,
+    pub(crate) prefix: String,
+    pub(crate) dead_letter_prefix: String,
+    stream_name: String,
+    pub(crate) js: JetStreamOptions,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) counters: Arc<Counters>,
+    closed_event: Arc<Notify>,
+    client_closed: Arc<AtomicBool>,
+    /// Cancelled first by `close`: importers stop taking messages from NATS.
+    pub(crate) stop_imports: CancellationToken,
+    closing: AtomicBool,
+    /// JetStream imports handed to the bus and not yet settled.
+    pub(crate) held: AtomicU64,
+    parts: Mutex<Parts>,
+    /// Serialises stream setup within this link.
+    stream_setup: tokio::sync::Mutex<()>,
+}
+
+impl LinkShared {
+    fn parts(&self) -> MutexGuard<'_, Parts> {
+        // Only lists of handles: a panic cannot leave them inconsistent.
+        self.parts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
+    /// linked in JetStream mode) and the dead letters. Only JetStream topics are stored:
+    /// core topics under the same prefix are not captured.
+    pub(crate) async fn stream(
+        &self,
+        subject: &str,
+    ) -> Result<jetstream::stream::Stream, LinkError> {
+        let _one_at_a_time = self.stream_setup.lock().await;
+        let js_err = |e: &dyn fmt::Display| LinkError::JetStream(e.to_string());
+        let dead = format!("{}.>", self.dead_letter_prefix);
+        let config = jetstream::stream::Config {
+            name: self.stream_name.clone(),
+            subjects: vec![subject.to_string(), dead],
+            duplicate_window: self.js.duplicate_window,
+            storage: if self.js.memory_storage {
+                jetstream::stream::StorageType::Memory
+            } else {
+                jetstream::stream::StorageType::File
+            },
+            ..Default::default()
+        };
+        let mut stream = self
+            .jetstream
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| js_err(&e))?;
+        let info = stream.info().await.map_err(|e| js_err(&e))?;
+        if !info.config.subjects.iter().any(|s| s == subject) {
+            // Made by another link (or for another topic): add this topic's subject.
+            let mut config = info.config.clone();
+            config.subjects.push(subject.to_string());
+            self.jetstream
+                .update_stream(config)
+                .await
+                .map_err(|e| js_err(&e))?;
+        }
+        Ok(stream)
+    }
+
+    /// One request round trip to the server: once it returns, the server has processed
+    /// everything this connection sent before it (`flush` only writes the socket). No one
+    /// answers the subject; the server's "no responders" reply is the answer.
+    pub(crate) async fn round_trip(&self) -> Result<(), async_nats::RequestError> {
+        let probe = format!("_RINGBUS.{}.FLUSH", self.id);
+        match self.client.request(probe, bytes::Bytes::new()).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records `topic` as linked in `direction`, or says it already is.
+    fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(LinkError::Closed);
+        }
+        if !self.parts().linked.insert((topic.to_string(), direction)) {
+            return Err(LinkError::AlreadyLinked {
+                topic: topic.to_string(),
+                direction,
+            });
+        }
+        Ok(())
+    }
+
+    fn release(&self, topic: &str, direction: &'static str) {
+        self.parts().linked.remove(&(topic.to_string(), direction));
+    }
+}
+
+/// A link between a local [`Bus`] and NATS: chosen topics go out ([`export`](Self::export)),
+/// come in ([`import`](Self::import)), or both ([`link_both`](Self::link_both)).
+///
+/// The bus stays the router: exports are bus subscribers that hand each message to NATS;
+/// imports publish what arrives into the bus, through its normal backpressure, so the local
+/// subscribers handle it like any other message. Topic `t` travels on subject
+/// `<prefix>.t`, with the topic, the message id and user headers as NATS headers.
+///
+/// Close it with [`close`](Self::close): imports stop, what is held is settled, exports are
+/// flushed and acknowledged, then the connection drains. Dropping a link without closing it
+/// stops its imports; its exports stay subscribed until the bus closes.
+pub struct Link {
+    inner: Arc<LinkShared>,
+}
+
+impl Link {
+    /// Starts building a link to the server at `url` (for instance `nats://127.0.0.1:4222`;
+    /// several comma-separated URLs are accepted).
+    pub fn builder(url: impl Into<String>) -> LinkBuilder {
+        LinkBuilder::new(url)
+    }
+
+    /// This link's id (the origin of its JetStream exports).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The NATS subject topic `topic` travels on, or why it cannot.
+    pub fn subject(&self, topic: &str) -> Result<String, LinkError> {
+        subject::subject(&self.inner.prefix, topic)
+    }
+
+    /// The dead-letter subject of `topic` (JetStream).
+    pub fn dead_letter_subject(&self, topic: &str) -> Result<String, LinkError> {
+        subject::subject(&self.inner.dead_letter_prefix, topic)
+    }
+
+    /// The JetStream stream's name.
+    pub fn stream_name(&self) -> &str {
+        &self.inner.stream_name
+    }
+
+    /// The underlying `async-nats` client, for what the link does not cover.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// A snapshot of the counters and the connection state.
+    pub fn stats(&self) -> LinkStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Sends every message published to local topic `topic` to NATS, JSON-encoded.
+    ///
+    /// The topic is checked now: a name NATS cannot route is an `Err` here, not at the first
+    /// message. Messages published from now on go out; a message whose encoding fails (or
+    /// that is too large) is logged without its body, counted, and not sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in [`Mode::JetStream`] (the stream may be created and the topic left
+    /// unlinked); dropping it in [`Mode::Core`] leaves nothing linked.
+    pub async fn export<T>(&self, topic: &str, mode: Mode) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.export_with(topic, mode, Json).await
+    }
+
+    /// As [`export`](Self::export), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`export`](Self::export).
+    pub async fn export_with<T, C>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        let subject = self.subject(topic)?;
+        self.inner.claim(topic, "export")?;
+        match export::start::<T, C>(&self.inner, topic, subject, mode, codec).await {
+            Ok(task) => {
+                self.inner.parts().exports.push(task);
+                Ok(())
+            }
+            Err(e) => {
+                self.inner.release(topic, "export");
+                Err(e)
+            }
+        }
+    }
+
+    /// Publishes every message arriving on the subject of `topic` into the local topic,
+    /// JSON-decoded; the local subscribers handle it as any other message.
+    ///
+    /// In [`Mode::JetStream`], a durable consumer keeps the place: messages exported before
+    /// this call (and while this process was down) are delivered too, and each one is acked
+    /// once every local subscriber has handled it. Register the local handlers first: a
+    /// message handled by no subscriber is acked at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the subscription or consumer may exist on the server
+    /// with no task reading it (JetStream keeps the messages for a later import).
+    pub async fn import<T>(&self, topic: &str, mode: Mode) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.import_with(topic, mode, Json).await
+    }
+
+    /// As [`import`](Self::import), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_with<T, C>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        let subject = self.subject(topic)?;
+        self.inner.claim(topic, "import")?;
+        match import::start::<T, C>(&self.inner, topic, subject, mode, codec).await {
+            Ok(task) => {
+                self.inner.parts().imports.push(task);
+                Ok(())
+            }
+            Err(e) => {
+                self.inner.release(topic, "import");
+                Err(e)
+            }
+        }
+    }
+
+    /// Links `topic` both ways: local messages go out, remote ones come in, and imported
+    /// messages are never exported again. The message type must record that it was imported
+    /// ([`Envelope`](crate::Envelope) does), or this is [`LinkError::EchoLoop`]. Over
+    /// JetStream, give each process its own [`JetStreamOptions::durable`] name.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn link_both<T>(&self, topic: &str, mode: Mode) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.link_both_with(topic, mode, Json).await
+    }
+
+    /// As [`link_both`](Self::link_both), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn link_both_with<T, C>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T> + Clone,
+    {
+        if !codec.records_origin() {
+            return Err(LinkError::EchoLoop {
+                topic: topic.to_string(),
+                message_type: std::any::type_name::<T>(),
+            });
+        }
+        self.export_with(topic, mode, codec.clone()).await?;
+        self.import_with(topic, mode, codec).await
+    }
+
+    /// Closes the link, in order, within `timeout`:
+    /// 1. stop importing, let the local handlers finish what was imported and settle it
+    ///    (JetStream: ack, or nack for redelivery);
+    /// 2. flush the exports: every message published locally before this call is handed to
+    ///    NATS, and (JetStream) its server ack awaited;
+    /// 3. one request round trip to the server, so everything sent before it was processed;
+    /// 4. drain the connection and wait for it to close.
+    ///
+    /// The local bus stays open: close it afterwards. What the deadline cut is in the report.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the link is left half closed (imports stopped,
+    /// exports possibly unsubscribed). Bound it with `timeout` instead.
+    pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let link = &self.inner;
+        link.closing.store(true, Ordering::Release);
+        link.stop_imports.cancel();
+        let (imports, exports) = {
+            let mut parts = link.parts();
+            (
+                std::mem::take(&mut parts.imports),
+                std::mem::take(&mut parts.exports),
+            )
+        };
+        let mut cut_at = None;
+        let mut unsettled_imports = 0;
+        let mut unacked_exports = 0;
+
+        // 1. Imports: each task stops pulling and settles what it holds.
+        for task in imports {
+            if !task.finish(deadline).await {
+                cut_at = cut_at.or(Some("settling imports"));
+            }
+        }
+        if cut_at.is_some() {
+            unsettled_imports = link.held.load(Ordering::Relaxed);
+        }
+
+        // 2. Exports: unsubscribe (which hands over what is queued), then await the acks.
+        for task in exports {
+            if cut_at.is_some() {
+                unacked_exports += task.abort();
+                continue;
+            }
+            match task.finish(deadline).await {
+                Ok(()) => {}
+                Err(left) => {
+                    unacked_exports += left;
+                    cut_at = Some("flushing exports");
+                }
+            }
+        }
+
+        // 3. A request round trip: the server has processed everything sent before it.
+        if cut_at.is_none() {
+            match tokio::time::timeout_at(deadline, link.round_trip()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "ringbus-nats close: the flush round trip failed");
+                    cut_at = Some("round trip");
+                }
+                Err(_) => cut_at = Some("round trip"),
+            }
+        }
+
+        // 4. Drain the connection and wait for its closed event.
+        let closed = link.closed_event.notified();
+        let mut closed = std::pin::pin!(closed);
+        closed.as_mut().enable();
+        if let Err(e) = link.client.drain().await {
+            tracing::warn!(error = %e, "ringbus-nats close: drain failed");
+        }
+        if !link.client_closed.load(Ordering::Acquire)
+            && tokio::time::timeout_at(deadline, closed).await.is_err()
+        {
+            cut_at = cut_at.or(Some("draining the connection"));
+        }
+        link.counters.set_state(ConnectionState::Closed);
+        let report = LinkCloseReport {
+            complete: cut_at.is_none(),
+            cut_at,
+            unsettled_imports,
+            unacked_exports,
+            stats: link.counters.snapshot(),
+            elapsed: started.elapsed(),
+        };
+        if report.complete {
+            tracing::info!(link = %link.id, elapsed = ?report.elapsed, "ringbus-nats link closed");
+        } else {
+            tracing::warn!(
+                link = %link.id,
+                cut_at = ?report.cut_at,
+                unsettled_imports,
+                unacked_exports,
+                "ringbus-nats link close cut by its deadline"
+            );
+        }
+        report
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.inner.stop_imports.cancel();
+    }
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("id", &self.inner.id)
+            .field("prefix", &self.inner.prefix)
+            .field("state", &self.inner.counters.snapshot().state)
+            .finish_non_exhaustive()
+    }
+}

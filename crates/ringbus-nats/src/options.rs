@@ -1,0 +1,131 @@
+//! How to connect ([`LinkBuilder`], [`Auth`], [`Tls`]) and how each topic travels ([`Mode`],
+//! [`JetStreamOptions`]).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Credentials for the NATS server, handed to `async-nats`. Their `Debug` output never shows
+/// a secret, and the link never logs them.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Auth {
+    /// No credentials.
+    None,
+    /// A user name and password.
+    UserPassword {
+        /// The user.
+        user: String,
+        /// The password (secret).
+        password: String,
+    },
+    /// A token (secret).
+    Token(String),
+    /// An nkey seed (secret).
+    NKey(String),
+    /// A `.creds` file (JWT and nkey seed), read at connect time.
+    CredsFile(PathBuf),
+}
+
+impl Auth {
+    /// A user name and password.
+    pub fn user_password(user: impl Into<String>, password: impl Into<String>) -> Self {
+        Auth::UserPassword {
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::UserPassword { user, .. } => f
+                .debug_struct("UserPassword")
+                .field("user", user)
+                .field("password", &"<redacted>")
+                .finish(),
+            Auth::Token(_) => f.write_str("Token(<redacted>)"),
+            Auth::NKey(_) => f.write_str("NKey(<redacted>)"),
+            Auth::CredsFile(path) => f.debug_tuple("CredsFile").field(path).finish(),
+        }
+    }
+}
+
+/// TLS settings, handed to `async-nats` (which uses rustls).
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    /// Refuse a connection without TLS.
+    pub required: bool,
+    /// Extra root certificates (PEM files) to trust.
+    pub root_certificates: Vec<PathBuf>,
+    /// A client certificate and its key (PEM files), for mutual TLS.
+    pub client_certificate: Option<(PathBuf, PathBuf)>,
+}
+
+/// How a topic travels, chosen when it is linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// NATS core: at-most-once, fire and forget. A message published while the link is down
+    /// or while an importer is too slow may be lost; losses the client reports (slow
+    /// consumer) are logged and counted.
+    Core,
+    /// JetStream: at-least-once. Exports are acknowledged by the server (and re-sent with
+    /// the same message id, deduplicated by the server, until they are); imports are acked
+    /// only once every local subscriber handled them. Handlers must be idempotent:
+    /// a message may arrive more than once.
+    JetStream,
+}
+
+/// JetStream settings of a link (used by every topic linked in [`Mode::JetStream`]).
+#[derive(Clone, Debug)]
+pub struct JetStreamOptions {
+    /// The stream, created if missing, that holds the subjects of the topics linked in
+    /// JetStream mode (each link adds its own) and the dead letters.
+    /// Default: the prefix with `.` and other separators turned into `_`, upper-cased.
+    pub stream: Option<String>,
+    /// The durable consumer name prefix (one consumer per imported topic):
+    /// `<durable>_<topic>`. Default: `ringbus`. Two processes with the same durable name
+    /// share the work of one consumer (each message goes to one of them); processes that
+    /// link a topic both ways must each use their own durable name, or a process would
+    /// skip (and settle) its own messages in place of the other's.
+    pub durable: String,
+    /// Deliveries of one message before it is dead-lettered. Default: 5.
+    pub max_deliver: u32,
+    /// How long a failed message waits before it is delivered again. Default: 1 s.
+    pub nack_delay: Duration,
+    /// How long the server waits for an ack before delivering again. Default: 30 s.
+    pub ack_wait: Duration,
+    /// Messages fetched per pull. Default: 64.
+    pub pull_batch: usize,
+    /// Imported messages held (handed to the bus and not yet settled) at most. Default: 256.
+    pub max_in_flight: usize,
+    /// Exported messages whose server ack is awaited at most. Default: 256.
+    pub ack_window: usize,
+    /// How long an export keeps re-sending a message the server did not ack (for instance
+    /// while it restarts) before it gives up, logs and counts it. Default: 60 s.
+    pub publish_retry_for: Duration,
+    /// The stream's duplicate window (server-side dedup by message id). Default: 2 min.
+    pub duplicate_window: Duration,
+    /// Store the stream in memory instead of files. Default: false.
+    pub memory_storage: bool,
+}
+
+impl Default for JetStreamOptions {
+    fn default() -> Self {
+        Self {
+            stream: None,
+            durable: "ringbus".to_string(),
+            max_deliver: 5,
+            nack_delay: Duration::from_secs(1),
+            ack_wait: Duration::from_secs(30),
+            pull_batch: 64,
+            max_in_flight: 256,
+            ack_window: 256,
+            publish_retry_for: Duration::from_secs(60),
+            duplicate_window: Duration::from_secs(120),
+            memory_storage: false,
+        }
+    }
+}

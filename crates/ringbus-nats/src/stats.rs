@@ -1,0 +1,147 @@
+//! What a link counts, and the report of its close.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
+
+/// The state of the connection to NATS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Connected.
+    Connected,
+    /// Lost; the client is reconnecting (subscriptions and consumers come back with it).
+    Disconnected,
+    /// Closed by [`Link::close`](crate::Link::close).
+    Closed,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) state: AtomicU8,
+    pub(crate) connects: AtomicU64,
+    pub(crate) disconnects: AtomicU64,
+    pub(crate) exported: AtomicU64,
+    pub(crate) export_acked: AtomicU64,
+    pub(crate) export_duplicates: AtomicU64,
+    pub(crate) export_retries: AtomicU64,
+    pub(crate) export_errors: AtomicU64,
+    pub(crate) echo_skipped: AtomicU64,
+    pub(crate) imported: AtomicU64,
+    pub(crate) bad_input: AtomicU64,
+    pub(crate) acked: AtomicU64,
+    pub(crate) nacked: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) ack_errors: AtomicU64,
+    pub(crate) slow_consumer: AtomicU64,
+    pub(crate) client_errors: AtomicU64,
+    pub(crate) import_errors: AtomicU64,
+}
+
+pub(crate) fn add(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+const CONNECTED: u8 = 0;
+const DISCONNECTED: u8 = 1;
+const CLOSED: u8 = 2;
+
+impl Counters {
+    pub(crate) fn set_state(&self, state: ConnectionState) {
+        let v = match state {
+            ConnectionState::Connected => CONNECTED,
+            ConnectionState::Disconnected => DISCONNECTED,
+            ConnectionState::Closed => CLOSED,
+        };
+        self.state.store(v, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LinkStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LinkStats {
+            state: match self.state.load(Ordering::Relaxed) {
+                CONNECTED => ConnectionState::Connected,
+                DISCONNECTED => ConnectionState::Disconnected,
+                _ => ConnectionState::Closed,
+            },
+            connects: get(&self.connects),
+            disconnects: get(&self.disconnects),
+            exported: get(&self.exported),
+            export_acked: get(&self.export_acked),
+            export_duplicates: get(&self.export_duplicates),
+            export_retries: get(&self.export_retries),
+            export_errors: get(&self.export_errors),
+            echo_skipped: get(&self.echo_skipped),
+            imported: get(&self.imported),
+            bad_input: get(&self.bad_input),
+            acked: get(&self.acked),
+            nacked: get(&self.nacked),
+            dead_lettered: get(&self.dead_lettered),
+            ack_errors: get(&self.ack_errors),
+            slow_consumer: get(&self.slow_consumer),
+            client_errors: get(&self.client_errors),
+            import_errors: get(&self.import_errors),
+        }
+    }
+}
+
+/// A snapshot of a link's counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkStats {
+    /// The connection's state.
+    pub state: ConnectionState,
+    /// Connections made (the first and every reconnect).
+    pub connects: u64,
+    /// Connections lost.
+    pub disconnects: u64,
+    /// Messages handed to NATS.
+    pub exported: u64,
+    /// JetStream: exports the server acknowledged.
+    pub export_acked: u64,
+    /// JetStream: exports the server reported as duplicates (a re-send it had stored).
+    pub export_duplicates: u64,
+    /// JetStream: re-sends of exports whose ack did not come.
+    pub export_retries: u64,
+    /// Messages that could not be exported (encoding, a header, size, or retries exhausted).
+    pub export_errors: u64,
+    /// Messages not exported because they had been imported (a topic linked both ways), or
+    /// not imported because this link had exported them (JetStream).
+    pub echo_skipped: u64,
+    /// Messages published into the local bus from NATS.
+    pub imported: u64,
+    /// Messages from NATS refused: undecodable, missing headers, or oversized.
+    pub bad_input: u64,
+    /// JetStream: imports acked after every local subscriber handled them.
+    pub acked: u64,
+    /// JetStream: imports given back (a handler failed) to be delivered again later.
+    pub nacked: u64,
+    /// JetStream: imports sent to the dead-letter subject and terminated.
+    pub dead_lettered: u64,
+    /// JetStream: acks, naks or terms that could not be sent.
+    pub ack_errors: u64,
+    /// Core: slow-consumer events (the client's buffer for an import overflowed and it
+    /// dropped messages).
+    pub slow_consumer: u64,
+    /// Errors reported by the client or the server.
+    pub client_errors: u64,
+    /// Import subscriptions or pulls that failed and were retried.
+    pub import_errors: u64,
+}
+
+/// What [`Link::close`](crate::Link::close) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkCloseReport {
+    /// True if every step finished inside the deadline.
+    pub complete: bool,
+    /// The step the deadline cut, if any.
+    pub cut_at: Option<&'static str>,
+    /// Imports handed to the bus and not settled (acked or given back) when the deadline
+    /// passed; JetStream delivers them again.
+    pub unsettled_imports: u64,
+    /// Exports whose server ack was still awaited when the deadline passed.
+    pub unacked_exports: u64,
+    /// The counters at the end.
+    pub stats: LinkStats,
+    /// How long the close took.
+    pub elapsed: Duration,
+}

@@ -1,0 +1,94 @@
+//! Topic names to NATS subjects: `<prefix>.<topic>`, checked when a link is made.
+
+use crate::error::LinkError;
+
+/// Checks that `s` is a publishable NATS subject (or a part of one): dot-separated tokens,
+/// none empty, no whitespace or control characters, no wildcards.
+pub(crate) fn check(s: &str, what: &'static str) -> Result<(), LinkError> {
+    let bad = |reason: &'static str| LinkError::BadSubject {
+        what,
+        name: s.escape_debug().to_string(),
+        reason,
+    };
+    if s.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if s.len() > 256 {
+        return Err(bad("it is longer than 256 bytes"));
+    }
+    for token in s.split('.') {
+        if token.is_empty() {
+            return Err(bad(
+                "it has an empty token (a leading, trailing or double '.')",
+            ));
+        }
+        if token == "*" || token == ">" || token.contains(['*', '>']) {
+            return Err(bad("wildcards ('*', '>') cannot be published to"));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("it contains whitespace or a control character"));
+        }
+    }
+    Ok(())
+}
+
+/// The subject of `topic` under `prefix`.
+pub(crate) fn subject(prefix: &str, topic: &str) -> Result<String, LinkError> {
+    check(topic, "topic")?;
+    Ok(format!("{prefix}.{topic}"))
+}
+
+/// A name usable as a JetStream stream or consumer name: letters, digits, '-' and '_'.
+pub(crate) fn durable_name(parts: &[&str]) -> String {
+    parts
+        .iter()
+        .map(|p| {
+            p.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_and_dotted_topics() {
+        assert_eq!(subject("app", "orders").unwrap(), "app.orders");
+        assert_eq!(
+            subject("app", "orders.eu-west").unwrap(),
+            "app.orders.eu-west"
+        );
+    }
+
+    #[test]
+    fn refuses_what_nats_cannot_route() {
+        for topic in [
+            "", "a..b", ".a", "a.", "a b", "a.*", ">", "a\tb", "a\nb", "x*",
+        ] {
+            let err = subject("app", topic).unwrap_err();
+            assert!(
+                matches!(err, LinkError::BadSubject { what: "topic", .. }),
+                "{topic:?}: {err}"
+            );
+        }
+        assert!(subject("app", &"a".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn durable_names_are_sanitised() {
+        assert_eq!(
+            durable_name(&["app", "orders.eu west"]),
+            "app_orders_eu_west"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! The link's checks at wiring time, credentials, bad input from the wire, and links both
+//! ways, against a real `nats-server` on 127.0.0.1 (skipped without one unless
+//! `REQUIRE_NATS=1`).
+
+use std::time::Duration;
+
+use ringbus::Bus;
+use ringbus_nats::testing::{NatsServer, ServerOptions};
+use ringbus_nats::{Auth, Envelope, Link, LinkError, Mode};
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("nothing within the wait")
+        .expect("channel closed")
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_clear_error_at_connect_and_secrets_stay_out_of_debug() {
+    let Some(server) =
+        NatsServer::start_with(ServerOptions::new().user_password("svc", "right-secret"))
+    else {
+        return;
+    };
+    let bus = Bus::new();
+    let wrong = Link::builder(server.url())
+        .auth(Auth::user_password("svc", "wrong-secret"))
+        .connect(&bus)
+        .await;
+    let err = wrong.expect_err("a wrong password must not connect");
+    assert!(matches!(err, LinkError::Connect(_)), "{err:?}");
+    let text = err.to_string().to_lowercase();
+    assert!(text.contains("authorization"), "{text}");
+    assert!(!format!("{err:?}{err}").contains("wrong-secret"));
+
+    let builder = Link::builder(server.url()).auth(Auth::user_password("svc", "right-secret"));
+    let shown = format!("{builder:?}");
+    assert!(
+        !shown.contains("right-secret") && shown.contains("redacted"),
+        "{shown}"
+    );
+    let link = builder
+        .connect(&bus)
+        .await
+        .expect("the right password connects");
+    assert!(!format!("{link:?}").contains("right-secret"));
+    assert!(link.close(WAIT).await.complete);
+    for auth in [
+        Auth::Token("tok-secret".into()),
+        Auth::NKey("SUAseed-secret".into()),
+    ] {
+        assert!(!format!("{auth:?}").contains("secret"), "{auth:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_topics_and_prefixes_are_refused_when_the_link_is_made() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let err = Link::builder(server.url())
+        .prefix("bad prefix")
+        .connect(&bus)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LinkError::BadSubject { what: "prefix", .. }),
+        "{err}"
+    );
+    let link = Link::builder(server.url()).connect(&bus).await.unwrap();
+    for topic in ["", "a b", "a.>", "x..y"] {
+        let err = link.export::<u64>(topic, Mode::Core).await.unwrap_err();
+        assert!(
+            matches!(err, LinkError::BadSubject { what: "topic", .. }),
+            "{err}"
+        );
+        let err = link
+            .import::<u64>(topic, Mode::JetStream)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LinkError::BadSubject { what: "topic", .. }),
+            "{err}"
+        );
+    }
+    link.export::<u64>("ok", Mode::Core).await.unwrap();
+    let err = link.export::<u64>("ok", Mode::Core).await.unwrap_err();
+    assert!(matches!(err, LinkError::AlreadyLinked { .. }), "{err}");
+    // Both ways with a type that cannot tell imports apart would loop forever: refused.
+    let err = link.link_both::<u64>("loop", Mode::Core).await.unwrap_err();
+    assert!(matches!(err, LinkError::EchoLoop { .. }), "{err}");
+    assert!(link.close(WAIT).await.complete);
+    bus.close().await;
+}
+
+/// Garbage on a linked subject: counted, logged, dead-lettered on JetStream; the link goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_from_the_wire_is_counted_and_never_stalls_the_link() {
+    for mode in [Mode::Core, Mode::JetStream] {
+        let Some(server) = NatsServer::start() else {
+            return;
+        };
+        let bus = Bus::new();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _sub = bus
+            .subscribe("n", move |n: &u64| {
+                let _ = tx.send(*n);
+                async {}
+            })
+            .unwrap();
+        let link = Link::builder(server.url()).connect(&bus).await.unwrap();
+        link.import::<u64>("n", mode).await.unwrap();
+        let subject = link.subject("n").unwrap();
+        let raw = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(raw.clone());
+        let mut good = async_nats::HeaderMap::new();
+        good.insert("Ringbus-Topic", "n");
+        good.insert("Ringbus-Id", "1");
+        let mut wrong_topic = good.clone();
+        wrong_topic.insert("Ringbus-Topic", "other");
+        let send = |headers: Option<async_nats::HeaderMap>, body: &'static str| {
+            let (raw, js, subject) = (raw.clone(), js.clone(), subject.clone());
+            async move {
+                match (mode, headers) {
+                    (Mode::Core, Some(h)) => raw
+                        .publish_with_headers(subject, h, body.into())
+                        .await
+                        .unwrap(),
+                    (Mode::Core, None) => raw.publish(subject, body.into()).await.unwrap(),
+                    (Mode::JetStream, Some(h)) => {
+                        js.publish_with_headers(subject, h, body.into())
+                            .await
+                            .unwrap()
+                            .await
+                            .unwrap();
+                    }
+                    (Mode::JetStream, None) => {
+                        js.publish(subject, body.into())
+                            .await
+                            .unwrap()
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        };
+        send(None, "7").await; // no headers
+        send(Some(good.clone()), "{not json").await; // does not decode
+        send(Some(wrong_topic), "7").await; // another topic's header
+        send(Some(good.clone()), "42").await; // fine
+        raw.flush().await.unwrap();
+        assert_eq!(recv(&mut rx).await, 42, "{mode:?}");
+        eventually("bad input counted", || link.stats().bad_input == 3).await;
+        if mode == Mode::JetStream {
+            eventually("bad input dead-lettered", || {
+                link.stats().dead_lettered == 3
+            })
+            .await;
+        }
+        assert!(link.close(WAIT).await.complete);
+        bus.close().await;
+    }
+}
+
+/// Two processes, one topic linked both ways: each handles the other's messages once and its
+/// own once; nothing echoes back and forth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_linked_both_ways_does_not_echo() {
+    for mode in [Mode::Core, Mode::JetStream] {
+        let Some(server) = NatsServer::start() else {
+            return;
+        };
+        let mut sides = Vec::new();
+        for name in ["a", "b"] {
+            let bus = Bus::new();
+            let (tx, rx) = mpsc::unbounded_channel();
+            let _sub = bus
+                .subscribe("chat", move |m: &Envelope<String>| {
+                    let _ = tx.send(m.body().clone());
+                    async {}
+                })
+                .unwrap();
+            // Each process reads the stream through a durable consumer of its own (a shared
+            // durable would split the messages between them).
+            let js = ringbus_nats::JetStreamOptions {
+                durable: format!("side-{name}"),
+                ..Default::default()
+            };
+            let link = Link::builder(server.url())
+                .name(name)
+                .jetstream(js)
+                .connect(&bus)
+                .await
+                .unwrap();
+            link.link_both::<Envelope<String>>("chat", mode)
+                .await
+                .unwrap();
+            sides.push((bus, link, rx));
+        }
+        let [(bus_a, link_a, mut rx_a), (bus_b, link_b, mut rx_b)] =
+            <[_; 2]>::try_from(sides).ok().unwrap();
+        bus_a
+            .publish("chat", Envelope::new("from a".to_string()))
+            .await
+            .unwrap();
+        assert_eq!(recv(&mut rx_a).await, "from a");
+        assert_eq!(recv(&mut rx_b).await, "from a");
+        // A marker from b: once a has it, any echo of "from a" would have arrived before it.
+        bus_b
+            .publish("chat", Envelope::new("from b".to_string()))
+            .await
+            .unwrap();
+        assert_eq!(recv(&mut rx_b).await, "from b");
+        assert_eq!(
+            recv(&mut rx_a).await,
+            "from b",
+            "{mode:?}: an echo arrived first"
+        );
+        assert!(link_a.close(WAIT).await.complete);
+        assert!(link_b.close(WAIT).await.complete);
+        bus_a.close().await;
+        bus_b.close().await;
+        assert!(
+            rx_a.try_recv().is_err() && rx_b.try_recv().is_err(),
+            "{mode:?}: echoes"
+        );
+        let skipped = link_a.stats().echo_skipped + link_b.stats().echo_skipped;
+        assert!(
+            skipped >= 2,
+            "{mode:?}: imports not recognised as such ({skipped})"
+        );
+    }
+}
