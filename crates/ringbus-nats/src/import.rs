@@ -209,9 +209,12 @@ async fn js_loop<T, C>(
             let message = match next {
                 Some(Ok(m)) => m,
                 Some(Err(e)) => {
+                    // A missed heartbeat or a broken pull: start a new stream of pulls (the
+                    // durable consumer keeps the place; anything the old stream had buffered
+                    // is delivered again after the ack wait).
                     add(&link.counters.import_errors);
-                    tracing::debug!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull error");
-                    continue;
+                    tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull error; pulling anew");
+                    continue 'pull;
                 }
                 // The stream of pulls ended (for instance the consumer was recreated):
                 // start a new one.
