@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::fmt;
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,10 +28,12 @@ pub(crate) struct BusState {
     pub(crate) closed: AtomicBool,
     /// Cancelled by `close`: wakes publishers that wait for room or for the writer.
     pub(crate) closing: CancellationToken,
-    /// Set while `close` waits for the subscribers to catch up; subscribers then notify
-    /// `progress` after each message. Read (Relaxed, after the light fence) by subscribers.
-    pub(crate) close_waiting: AtomicBool,
-    /// Notified by subscribers while `close_waiting` is set.
+    /// Who waits for the subscribers' progress: `close` (for good, once it waits for them
+    /// to catch up) and every outstanding delivery receipt (`Topic::publish_tracked`). While
+    /// non-zero, subscribers notify `progress` after each message. Read (Relaxed, after the
+    /// light fence) by subscribers.
+    pub(crate) progress_watchers: AtomicUsize,
+    /// Notified by subscribers while `progress_watchers` is non-zero, and when they end.
     pub(crate) progress: Notify,
     pub(crate) capacity: usize,
     pub(crate) spin: u32,
@@ -148,10 +150,12 @@ impl BusState {
     /// waiting for the subscribers to catch up.
     #[inline]
     pub(crate) fn progressed(&self) {
-        // Pairs with the heavy fence in `close_with`: either we see `close_waiting`, or close
-        // sees the position we stored before this.
+        // Pairs with the heavy fence in `close_with`: either we see its watch, or close sees
+        // the position we stored before this. (A delivery receipt needs no fence: it is
+        // registered before its message is published, so a subscriber that handled the
+        // message sees it.)
         ringbus_core::__private::light_fence();
-        if self.close_waiting.load(Ordering::Relaxed) {
+        if self.progress_watchers.load(Ordering::Relaxed) != 0 {
             self.progress.notify_waiters();
         }
     }
@@ -230,7 +234,7 @@ impl BusBuilder {
         let state = Arc::new(BusState {
             closed: AtomicBool::new(false),
             closing: CancellationToken::new(),
-            close_waiting: AtomicBool::new(false),
+            progress_watchers: AtomicUsize::new(0),
             progress: Notify::new(),
             capacity: self.capacity,
             spin: self.spin,
@@ -510,6 +514,12 @@ impl Bus {
         self.inner.states.get::<S>()
     }
 
+    /// How many wait on the subscribers' progress (close, delivery receipts).
+    #[cfg(test)]
+    pub(crate) fn progress_watchers(&self) -> usize {
+        self.inner.state.progress_watchers.load(Ordering::Relaxed)
+    }
+
     /// True once `close` has begun.
     pub fn is_closed(&self) -> bool {
         self.inner.state.closed.load(Ordering::Acquire)
@@ -601,7 +611,7 @@ impl Bus {
         let state = &self.inner.state;
         // 1. Wait until every subscriber has caught up with its topic and none is in a handler
         //    (which could still publish): nothing is in flight any more.
-        state.close_waiting.store(true, Ordering::Relaxed);
+        state.progress_watchers.fetch_add(1, Ordering::Relaxed);
         loop {
             let progress = state.progress.notified();
             let mut progress = std::pin::pin!(progress);

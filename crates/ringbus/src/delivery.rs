@@ -6,13 +6,14 @@
 //! locally (the NATS link acks a JetStream message this way). It costs the topic's
 //! subscribers nothing while no receipt is outstanding: one relaxed load per message.
 //!
-//! The protocol:
+//! The protocol rides on the bus's progress notification (the one `close` waits on):
 //! - A receipt is registered under the topic's writer lock *before* the message is written:
-//!   `watching` goes up and the position gets an entry in `failures`. The ring's publication
-//!   (release) then carries both to any subscriber that reads the message (acquire).
-//! - A subscriber whose handler fails (or panics) on a watched position counts it in
-//!   `failures` *before* it stores its new position, and after storing the position it
-//!   notifies `progress` while `watching` is non-zero (and always when its task ends).
+//!   the bus's `progress_watchers` goes up and the position gets an entry in `failures`.
+//!   The ring's publication (release) then carries both to any subscriber that reads the
+//!   message (acquire).
+//! - A subscriber whose handler fails (or panics) counts the failure in `failures` *before*
+//!   it stores its new position; after storing it, it notifies the bus's `progress` while
+//!   `progress_watchers` is non-zero (and always when its task ends).
 //! - [`Delivery::wait`] creates a `Notified` before looking at the positions; `Notify`
 //!   guarantees that a `notify_waiters` after that creation wakes it, and one before it is
 //!   visible in the positions it then reads (`notify_waiters` is a SeqCst read-modify-write
@@ -20,28 +21,24 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
-
+use crate::bus::BusState;
 use crate::subscriber::SubShared;
 
 /// The receipts of one topic.
 pub(crate) struct Tracker {
-    /// Receipts outstanding. While non-zero, subscribers notify `progress` per message.
-    watching: AtomicUsize,
+    state: Arc<BusState>,
     /// Handler failures per watched position.
     failures: Mutex<HashMap<u64, usize>>,
-    progress: Notify,
 }
 
 impl Tracker {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(state: Arc<BusState>) -> Self {
         Self {
-            watching: AtomicUsize::new(0),
+            state,
             failures: Mutex::new(HashMap::new()),
-            progress: Notify::new(),
         }
     }
 
@@ -53,56 +50,33 @@ impl Tracker {
     /// Registers a receipt for `position`, before the message is written there.
     pub(crate) fn watch(&self, position: u64) {
         self.failures().insert(position, 0);
-        self.watching.fetch_add(1, Ordering::Relaxed);
+        self.state.progress_watchers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Drops the receipt for `position`.
     pub(crate) fn unwatch(&self, position: u64) {
         self.failures().remove(&position);
-        self.watching.fetch_sub(1, Ordering::Relaxed);
+        self.state.progress_watchers.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// A handler failed on the messages at `start..start + len`. Called before the
-    /// subscriber stores its new position; rare (the error path), so it may take the lock.
+    /// subscriber stores its new position; the error path, so it may take the lock.
     pub(crate) fn failed(&self, start: u64, len: u64) {
-        if self.watching.load(Ordering::Relaxed) == 0 {
-            return;
+        let range = start..start.saturating_add(len);
+        for (_, n) in self
+            .failures()
+            .iter_mut()
+            .filter(|(p, _)| range.contains(p))
+        {
+            *n += 1;
         }
-        let mut failures = self.failures();
-        if len <= failures.len() as u64 {
-            for position in start..start + len {
-                if let Some(n) = failures.get_mut(&position) {
-                    *n += 1;
-                }
-            }
-        } else {
-            for (_, n) in failures
-                .iter_mut()
-                .filter(|(p, _)| (start..start + len).contains(p))
-            {
-                *n += 1;
-            }
-        }
-    }
-
-    /// A subscriber stored a new position: wakes the receipts, if any.
-    #[inline]
-    pub(crate) fn progressed(&self) {
-        if self.watching.load(Ordering::Relaxed) != 0 {
-            self.progress.notify_waiters();
-        }
-    }
-
-    /// A subscriber's task ended: wakes the receipts whatever `watching` says.
-    pub(crate) fn ended(&self) {
-        self.progress.notify_waiters();
     }
 }
 
 impl fmt::Debug for Tracker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tracker")
-            .field("watching", &self.watching.load(Ordering::Relaxed))
+            .field("receipts", &self.failures().len())
             .finish_non_exhaustive()
     }
 }
@@ -147,20 +121,17 @@ impl Delivery {
     /// for the message or its subscribers.
     pub async fn wait(self) -> Delivered {
         let (handled, missed) = loop {
-            let notified = self.tracker.progress.notified();
+            let notified = self.tracker.state.progress.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let (mut done, mut gone, mut pending) = (0, 0, false);
             for sub in &self.subscribers {
+                // Read before the position: once a task has ended, its position is final.
+                let ended = sub.done.is_cancelled();
                 if sub.position() > self.position {
                     done += 1;
-                } else if sub.done.is_cancelled() {
-                    // It may have handled the message just before it ended.
-                    if sub.position() > self.position {
-                        done += 1;
-                    } else {
-                        gone += 1;
-                    }
+                } else if ended {
+                    gone += 1;
                 } else {
                     pending = true;
                     break;
@@ -220,5 +191,86 @@ impl Delivered {
     /// when there was none).
     pub fn is_ok(&self) -> bool {
         self.failed == 0 && self.missed == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::Semaphore;
+
+    use crate::{Bus, Context, PublishError};
+
+    /// A receipt abandoned in any way (publish cancelled while waiting for room, publish
+    /// future dropped, `Delivery` dropped unwaited) leaves no watcher behind, so the
+    /// subscribers stop notifying; the abandoned publishes reach no subscriber.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn abandoned_receipts_leave_no_watcher() {
+        let bus = Bus::builder().capacity(1).build();
+        let gate = Arc::new(Semaphore::new(0));
+        let held = gate.clone();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let _sub = bus
+            .subscribe("t", move |n: &u32| {
+                log.lock().unwrap().push(*n);
+                let held = held.clone();
+                async move {
+                    held.acquire()
+                        .await
+                        .map(|p| p.forget())
+                        .map_err(|_| "closed")
+                }
+            })
+            .unwrap();
+        let topic = bus.topic::<u32>("t").unwrap();
+        // The subscriber holds message 0 in its handler, and with it the topic's one slot.
+        topic.publish(0).await.unwrap();
+        assert_eq!(bus.progress_watchers(), 0);
+
+        let ctx = Context::new().with_timeout(Duration::from_millis(20));
+        match topic.publish_tracked(&ctx, 2).await {
+            Err(PublishError::Cancelled(2)) => {}
+            other => panic!("expected Cancelled(2), got {other:?}"),
+        }
+        assert_eq!(
+            bus.progress_watchers(),
+            0,
+            "a cancelled publish kept its receipt"
+        );
+
+        {
+            let never = Context::new();
+            let pending = topic.publish_tracked(&never, 3);
+            tokio::pin!(pending);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(std::future::Future::poll(pending.as_mut(), &mut cx).is_pending());
+            assert_eq!(
+                bus.progress_watchers(),
+                1,
+                "registered while waiting for room"
+            );
+        }
+        assert_eq!(
+            bus.progress_watchers(),
+            0,
+            "a dropped publish kept its receipt"
+        );
+
+        gate.add_permits(2);
+        let receipt = topic.publish_tracked(&Context::new(), 4).await.unwrap();
+        assert_eq!(bus.progress_watchers(), 1);
+        drop(receipt);
+        assert_eq!(
+            bus.progress_watchers(),
+            0,
+            "a dropped Delivery kept its receipt"
+        );
+        gate.add_permits(8);
+        bus.close().await;
+        // All or nothing: the cancelled and the dropped publish reached no one.
+        assert_eq!(*seen.lock().unwrap(), [0, 4]);
     }
 }

@@ -126,11 +126,10 @@ impl SubShared {
     /// Counts and logs a failed handler call on the `len` messages at `start..`. Called
     /// before the new position is stored (receipts rely on it).
     #[cold]
-    fn record(&self, outcome: Outcome, start: u64, len: u64) {
+    fn record(&self, failure: Failure, start: u64, len: u64) {
         self.tracker.failed(start, len);
-        match outcome {
-            Outcome::Ok => {}
-            Outcome::Err(error) => {
+        match failure {
+            Failure::Err(error) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     topic = %self.topic,
@@ -139,7 +138,7 @@ impl SubShared {
                     "ringbus handler returned an error; going on with the next message"
                 );
             }
-            Outcome::Panic(message) => {
+            Failure::Panic(message) => {
                 self.panics.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     topic = %self.topic,
@@ -162,8 +161,8 @@ impl fmt::Debug for SubShared {
     }
 }
 
-enum Outcome {
-    Ok,
+/// How a handler call failed.
+enum Failure {
     Err(HandlerError),
     Panic(String),
 }
@@ -175,7 +174,6 @@ impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
         self.0.done.cancel();
         self.0.bus.progressed();
-        self.0.tracker.ended();
     }
 }
 
@@ -204,7 +202,7 @@ async fn next<T>(reader: &mut Reader<T>, sub: &SubShared) -> bool {
 
 /// Runs one handler call: polled once inline (no timer for handlers that finish at once),
 /// then under the stall timeout, if any. Panics are caught. `None` means it stalled.
-async fn guarded<F>(call: F, stall: Option<Duration>) -> Option<Outcome>
+async fn guarded<F>(call: F, stall: Option<Duration>) -> Option<Result<(), Failure>>
 where
     F: Future<Output = Result<(), HandlerError>>,
 {
@@ -218,15 +216,15 @@ where
         },
     };
     Some(match result {
-        Ok(Ok(())) => Outcome::Ok,
-        Ok(Err(e)) => Outcome::Err(e),
-        Err(panic) => Outcome::Panic(
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Failure::Err(e)),
+        Err(panic) => Err(Failure::Panic(
             panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a non-string panic payload".to_string()),
-        ),
+        )),
     })
 }
 
@@ -258,13 +256,12 @@ where
             return; // dropping the reader releases our place in the ring
         };
         drop(message);
-        if !matches!(outcome, Outcome::Ok) {
-            sub.record(outcome, sub.start + handled, 1);
+        if let Err(failure) = outcome {
+            sub.record(failure, sub.start + handled, 1);
         }
         handled += 1;
         sub.handled.store(handled, Ordering::Relaxed);
         sub.bus.progressed();
-        sub.tracker.progressed();
     }
 }
 
@@ -295,13 +292,12 @@ where
             return;
         };
         drop(batch);
-        if !matches!(outcome, Outcome::Ok) {
-            sub.record(outcome, sub.start + handled, len);
+        if let Err(failure) = outcome {
+            sub.record(failure, sub.start + handled, len);
         }
         handled += len;
         sub.handled.store(handled, Ordering::Relaxed);
         sub.bus.progressed();
-        sub.tracker.progressed();
     }
 }
 

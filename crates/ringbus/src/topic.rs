@@ -57,8 +57,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             writer: WriterLock::new(Some(writer)),
             stage,
             subscribers: Mutex::new(Vec::new()),
+            tracker: Arc::new(Tracker::new(state.clone())),
             state,
-            tracker: Arc::new(Tracker::new()),
         }
     }
 
