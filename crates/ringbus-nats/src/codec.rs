@@ -61,6 +61,15 @@ impl std::error::Error for HeaderError {}
 const BAD_NAME: &str = "the name must be printable ASCII without ':' or whitespace";
 const BAD_VALUE: &str = "the value contains '\\r' or '\\n'";
 
+/// True for header names the link or NATS own (`Ringbus-*`, `Nats-*`, in any case).
+pub(crate) fn is_reserved(name: &str) -> bool {
+    let starts = |prefix: &str| {
+        name.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    starts("ringbus-") || starts("nats-")
+}
+
 /// Checks a user header with the client's own (fallible) parsers, plus what the link needs
 /// for an exact round trip.
 pub(crate) fn check_header(name: &str, value: &str) -> Result<(), HeaderError> {
@@ -70,8 +79,7 @@ pub(crate) fn check_header(name: &str, value: &str) -> Result<(), HeaderError> {
     if async_nats::HeaderName::from_str(name).is_err() {
         return Err(HeaderError::new(name, BAD_NAME));
     }
-    let lower = name.to_ascii_lowercase();
-    if lower.starts_with("ringbus-") || lower.starts_with("nats-") {
+    if is_reserved(name) {
         return Err(HeaderError::new(
             name,
             "names starting with `Ringbus-` or `Nats-` are reserved",
@@ -250,7 +258,7 @@ where
     fn decode(&self, body: &[u8], meta: Meta) -> Result<Envelope<T>, CodecError> {
         let body = serde_json::from_slice(body).map_err(CodecError::new)?;
         Ok(Envelope {
-            id: meta.id.map(Arc::from).unwrap_or_else(next_id),
+            id: Arc::from(meta.id.unwrap_or_else(next_id)),
             headers: meta.headers,
             body,
             imported: true,
@@ -291,7 +299,7 @@ impl<T> Envelope<T> {
     /// counter) and no headers.
     pub fn new(body: T) -> Self {
         Self {
-            id: next_id(),
+            id: Arc::from(next_id()),
             headers: Headers::new(),
             body,
             imported: false,
@@ -371,7 +379,7 @@ pub(crate) fn process_tag() -> &'static str {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh message id: the process tag and a counter.
-pub(crate) fn next_id() -> Arc<str> {
+pub(crate) fn next_id() -> String {
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    Arc::from(format!("{}-{n}", process_tag()))
+    format!("{}-{n}", process_tag())
 }

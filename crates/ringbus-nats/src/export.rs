@@ -41,36 +41,41 @@ pub(crate) struct ExportTask {
 
 impl ExportTask {
     /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
-    /// for the acks. `Err(n)`: `n` acks were still awaited at the deadline.
+    /// for the acks. `Err(n)`: at most `n` exports were not confirmed at the deadline (still
+    /// queued when the close began, or awaiting their ack).
     pub(crate) async fn finish(self, deadline: Instant) -> Result<(), u64> {
-        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
+        let queued = self.subscription.stats().lag;
         let pending = self.acker.as_ref().map(|(_, p)| p.clone());
-        let left = || pending.as_ref().map_or(0, |p| p.load(Ordering::Relaxed));
+        let awaited = || pending.as_ref().map_or(0, |p| p.load(Ordering::Relaxed));
+        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
         if unsubscribed.await.is_err() {
             tracing::warn!(topic = %self.topic, "ringbus-nats close: export not flushed in time");
             if let Some((acker, _)) = &self.acker {
                 acker.abort();
             }
-            return Err(left().max(1));
+            return Err(queued + awaited());
         }
-        if let Some((acker, _)) = self.acker {
+        if let Some((mut acker, _)) = self.acker {
             // The subscriber's task ended and dropped the handler, so the channel is closed:
             // the acker ends once the window is empty.
-            if tokio::time::timeout_at(deadline, acker).await.is_err() {
-                return Err(left());
+            if tokio::time::timeout_at(deadline, &mut acker).await.is_err() {
+                acker.abort();
+                return Err(awaited());
             }
         }
         Ok(())
     }
 
-    /// Stops at once; returns the acks that were still awaited.
+    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
+    /// many exports were not confirmed: queued for NATS, or awaiting their ack.
     pub(crate) fn abort(self) -> u64 {
+        let queued = self.subscription.stats().lag;
         match self.acker {
             Some((acker, pending)) => {
                 acker.abort();
-                pending.load(Ordering::Relaxed)
+                queued + pending.load(Ordering::Relaxed)
             }
-            None => 0,
+            None => queued,
         }
     }
 }

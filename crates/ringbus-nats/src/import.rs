@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
-use ringbus::{Context, Delivered, PublishError, Topic};
-use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
+use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
 use crate::error::LinkError;
@@ -44,15 +45,32 @@ impl ImportTask {
     }
 }
 
-/// Logs and counts a refused message; never logs its body.
-fn refuse(link: &LinkShared, topic: &str, subject: &str, reason: &BadInput) {
-    add(&link.counters.bad_input);
-    tracing::warn!(
-        topic = %topic,
-        subject = %subject,
-        reason = %reason,
-        "ringbus-nats: refused a message from NATS"
+/// Decodes a message from NATS for local topic `topic`; a refused one is logged (never with
+/// its body) and counted.
+fn take<T, C: Codec<T>>(
+    link: &LinkShared,
+    codec: &C,
+    topic: &str,
+    subject: &str,
+    message: &async_nats::Message,
+) -> Result<T, BadInput> {
+    let decoded = decode(
+        codec,
+        topic,
+        message.headers.as_ref(),
+        &message.payload,
+        link.max_message_bytes,
     );
+    if let Err(reason) = &decoded {
+        add(&link.counters.bad_input);
+        tracing::warn!(
+            topic = %topic,
+            subject = %subject,
+            reason = %reason,
+            "ringbus-nats: refused a message from NATS"
+        );
+    }
+    decoded
 }
 
 /// Starts importing `topic`.
@@ -124,18 +142,8 @@ async fn core_loop<T, C>(
                 None => break,
             },
         };
-        let msg = match decode(
-            &codec,
-            local.name(),
-            message.headers.as_ref(),
-            &message.payload,
-            link.max_message_bytes,
-        ) {
-            Ok(msg) => msg,
-            Err(reason) => {
-                refuse(&link, local.name(), &subject, &reason);
-                continue;
-            }
+        let Ok(msg) = take(&link, &codec, local.name(), &subject, &message) else {
+            continue;
         };
         // Not cancelled by the close: a message taken from NATS is handed over.
         match local.publish(msg).await {
@@ -165,8 +173,15 @@ async fn js_loop<T, C>(
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let permits = Arc::new(Semaphore::new(link.js.max_in_flight.max(1)));
-    let mut settling = JoinSet::new();
+    // Held messages go to one settler, in order: receipts resolve in position order, so it
+    // waits on one at a time. The channel's bound is `max_in_flight`; the settler is aborted
+    // with this task if a cut close aborts it.
+    let (to_settle, held) = mpsc::channel(link.js.max_in_flight.max(1));
+    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(
+        link.clone(),
+        local.name().to_string(),
+        held,
+    )));
     let mut retry = Duration::from_millis(100);
     'pull: while !link.stop_imports.is_cancelled() {
         let messages = consumer
@@ -190,13 +205,11 @@ async fn js_loop<T, C>(
             }
         };
         loop {
-            // Reap settled messages so the set does not grow.
-            while settling.try_join_next().is_some() {}
-            // At most `max_in_flight` messages held: taken before pulling the next one.
+            // At most `max_in_flight` messages held: room taken before pulling the next one.
             let permit = tokio::select! {
                 biased;
                 _ = link.stop_imports.cancelled() => break 'pull,
-                p = permits.clone().acquire_owned() => match p {
+                p = to_settle.reserve() => match p {
                     Ok(p) => p,
                     Err(_) => break 'pull,
                 },
@@ -227,16 +240,9 @@ async fn js_loop<T, C>(
                 settle(&link, &message, AckKind::Ack).await;
                 continue;
             }
-            let msg = match decode(
-                &codec,
-                local.name(),
-                message.headers.as_ref(),
-                &message.payload,
-                link.max_message_bytes,
-            ) {
+            let msg = match take(&link, &codec, local.name(), &subject, &message) {
                 Ok(msg) => msg,
                 Err(reason) => {
-                    refuse(&link, local.name(), &subject, &reason);
                     dead_letter(&link, local.name(), &message, &reason.to_string()).await;
                     continue;
                 }
@@ -245,14 +251,7 @@ async fn js_loop<T, C>(
                 Ok(delivery) => {
                     add(&link.counters.imported);
                     link.held.fetch_add(1, Ordering::Relaxed);
-                    let link = link.clone();
-                    let topic = local.name().to_string();
-                    settling.spawn(async move {
-                        let outcome = delivery.wait().await;
-                        settle_outcome(&link, &topic, &message, outcome).await;
-                        link.held.fetch_sub(1, Ordering::Relaxed);
-                        drop(permit);
-                    });
+                    permit.send((delivery, message));
                 }
                 Err(PublishError::Closed(_)) => {
                     // The bus is closing: give it back for a later delivery.
@@ -267,7 +266,21 @@ async fn js_loop<T, C>(
         }
     }
     // Stop pulling (the stream of pulls is dropped above), then settle what is held.
-    while settling.join_next().await.is_some() {}
+    drop(to_settle);
+    let _ = settler.await;
+}
+
+/// Settles held imports in the order they were handed to the bus.
+async fn settle_in_order(
+    link: Arc<LinkShared>,
+    topic: String,
+    mut held: mpsc::Receiver<(Delivery, jetstream::Message)>,
+) {
+    while let Some((delivery, message)) = held.recv().await {
+        let outcome = delivery.wait().await;
+        settle_outcome(&link, &topic, &message, outcome).await;
+        link.held.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Acks, nacks or dead-letters one import after the local subscribers handled it.

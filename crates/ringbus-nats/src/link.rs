@@ -9,7 +9,6 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -144,10 +143,9 @@ impl LinkBuilder {
             });
         }
         let counters = Arc::new(Counters::default());
-        let closed = Arc::new(Notify::new());
-        let client_closed = Arc::new(AtomicBool::new(false));
+        let closed = CancellationToken::new();
         let options = self
-            .connect_options(counters.clone(), closed.clone(), client_closed.clone())
+            .connect_options(counters.clone(), closed.clone())
             .await?;
         let client = options
             .connect(self.url.as_str())
@@ -187,8 +185,7 @@ impl LinkBuilder {
                 js: self.jetstream,
                 max_message_bytes,
                 counters,
-                closed_event: closed,
-                client_closed,
+                closed,
                 stop_imports: CancellationToken::new(),
                 closing: AtomicBool::new(false),
                 held: AtomicU64::new(0),
@@ -201,8 +198,7 @@ impl LinkBuilder {
     async fn connect_options(
         &self,
         counters: Arc<Counters>,
-        closed: Arc<Notify>,
-        client_closed: Arc<AtomicBool>,
+        closed: CancellationToken,
     ) -> Result<ConnectOptions, LinkError> {
         let mut options = match &self.auth {
             Auth::None => ConnectOptions::new(),
@@ -233,14 +229,14 @@ impl LinkBuilder {
             .subscription_capacity(self.import_buffer)
             .connection_timeout(self.connection_timeout)
             .event_callback(move |event| {
-                on_event(&counters, &closed, &client_closed, event);
+                on_event(&counters, &closed, event);
                 async {}
             }))
     }
 }
 
 /// Connection events: logged, counted, and the state kept for `stats`.
-fn on_event(counters: &Counters, closed: &Notify, client_closed: &AtomicBool, event: Event) {
+fn on_event(counters: &Counters, closed: &CancellationToken, event: Event) {
     match event {
         Event::Connected => {
             add(&counters.connects);
@@ -262,8 +258,7 @@ fn on_event(counters: &Counters, closed: &Notify, client_closed: &AtomicBool, ev
         }
         Event::Closed => {
             counters.set_state(ConnectionState::Closed);
-            client_closed.store(true, Ordering::Release);
-            closed.notify_waiters();
+            closed.cancel();
             tracing::info!("ringbus-nats: connection closed");
         }
         Event::LameDuckMode => {
@@ -301,8 +296,8 @@ pub(crate) struct LinkShared {
     pub(crate) js: JetStreamOptions,
     pub(crate) max_message_bytes: usize,
     pub(crate) counters: Arc<Counters>,
-    closed_event: Arc<Notify>,
-    client_closed: Arc<AtomicBool>,
+    /// Cancelled by the client's closed event.
+    closed: CancellationToken,
     /// Cancelled first by `close`: importers stop taking messages from NATS.
     pub(crate) stop_imports: CancellationToken,
     closing: AtomicBool,
@@ -647,14 +642,12 @@ impl Link {
         }
 
         // 4. Drain the connection and wait for its closed event.
-        let closed = link.closed_event.notified();
-        let mut closed = std::pin::pin!(closed);
-        closed.as_mut().enable();
         if let Err(e) = link.client.drain().await {
             tracing::warn!(error = %e, "ringbus-nats close: drain failed");
         }
-        if !link.client_closed.load(Ordering::Acquire)
-            && tokio::time::timeout_at(deadline, closed).await.is_err()
+        if tokio::time::timeout_at(deadline, link.closed.cancelled())
+            .await
+            .is_err()
         {
             cut_at = cut_at.or(Some("draining the connection"));
         }

@@ -138,7 +138,8 @@ pub struct LinkCloseReport {
     /// Imports handed to the bus and not settled (acked or given back) when the deadline
     /// passed; JetStream delivers them again.
     pub unsettled_imports: u64,
-    /// Exports whose server ack was still awaited when the deadline passed.
+    /// Exports not confirmed when the deadline passed, at most: still queued for NATS (as
+    /// counted when the close reached them) or awaiting their JetStream ack.
     pub unacked_exports: u64,
     /// The counters at the end.
     pub stats: LinkStats,

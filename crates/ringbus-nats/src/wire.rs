@@ -7,8 +7,8 @@ use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use crate::codec::{
-    check_header, next_id, Codec, CodecError, HeaderError, Headers, Meta, ID_HEADER, NATS_MSG_ID,
-    ORIGIN_HEADER, TOPIC_HEADER,
+    check_header, is_reserved, next_id, Codec, CodecError, HeaderError, Headers, Meta, ID_HEADER,
+    NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
 };
 
 /// Why a message could not be exported.
@@ -99,10 +99,7 @@ pub(crate) fn encode<T, C: Codec<T>>(
         check_header(name, value).map_err(ExportError::Header)?;
         set(&mut headers, name, value).map_err(ExportError::Header)?;
     }
-    let id = match meta.id {
-        Some(id) => id,
-        None => next_id().to_string(),
-    };
+    let id = meta.id.unwrap_or_else(next_id);
     set(&mut headers, TOPIC_HEADER, topic).map_err(ExportError::Header)?;
     set(&mut headers, ID_HEADER, &id).map_err(ExportError::Header)?;
     if let Some(origin) = origin {
@@ -148,8 +145,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
     let mut user = Headers::new();
     for (name, values) in headers.iter() {
         let name: &str = name.as_ref();
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with("ringbus-") || lower.starts_with("nats-") {
+        if is_reserved(name) {
             continue;
         }
         if let Some(value) = values.last() {
