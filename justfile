@@ -56,4 +56,4 @@ ci:
 # (RUSTFLAGS cleared); `just nats-bench quick` is a smoke run that writes nothing.
 # ringbus-nats beside the raw async-nats client: core and JetStream, 64 B and 512 B, interleaved.
 nats-bench *args:
-    RUSTFLAGS= cargo bench -p ringbus-nats --bench nats -- {{args}}
+    RUSTFLAGS= cargo bench --bench nats -- {{args}}

@@ -18,7 +18,8 @@
 //! Systems: `ringbus`, `tokio-broadcast`, `async-broadcast`, `tokio-mpsc-fanout`,
 //! `kanal-fanout`, `flume-fanout`, and `disruptor` for the ring scenarios. The bus scenarios
 //! and their wiring are in `compare/bus.rs`, the ring ones in `compare/ring.rs`, the JSON and
-//! the page in `compare/report.rs`, the counting allocator in `compare/alloc.rs`.
+//! the page in `compare/report.rs`, the counting allocator in `compare/alloc.rs`, the
+//! statistics and the machine's description (shared with `nats.rs`) in `common/mod.rs`.
 //!
 //! First every scenario warms every system up, which also sizes its rounds: the system runs
 //! with 8x more operations each time until one run lasts an eighth of the target window
@@ -40,12 +41,15 @@ use serde_json::{json, Value};
 mod alloc;
 #[path = "compare/bus.rs"]
 mod bus;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "compare/report.rs"]
 mod report;
 #[path = "compare/ring.rs"]
 mod ring;
 
-use report::{fmt_ns, median, Figure};
+use common::median;
+use report::{fmt_ns, Figure};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -297,8 +301,8 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
         start: Instant::now(),
         scenarios: scenarios.len(),
     };
-    let load_start = report::loadavg();
-    let cpu_start = report::CpuTicks::now();
+    let load_start = common::loadavg();
+    let cpu_start = common::CpuTicks::now();
     let mut load_max = load_start[0];
     // Warm-up and calibration: each system runs with 8x more operations until one run lasts
     // an eighth of the target; its round size is then fixed for every round.
@@ -334,7 +338,7 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
     let mut foreign_per_round = Vec::with_capacity(o.rounds);
     for round in 0..o.rounds {
         let label = format!("round {}/{}", round + 1, o.rounds);
-        let cpu_round = report::CpuTicks::now();
+        let cpu_round = common::CpuTicks::now();
         for (k, (sc, done)) in scenarios.iter_mut().zip(&mut figures).enumerate() {
             progress.scenario_start(&label, k, &sc.name);
             for (case, fig) in sc.cases.iter_mut().zip(done.iter_mut()) {
@@ -354,16 +358,16 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
                 fig.deliveries += out.deliveries;
             }
             progress.scenario_end();
-            load_max = load_max.max(report::loadavg()[0]);
+            load_max = load_max.max(common::loadavg()[0]);
         }
-        let (foreign, _) = cpu_round.foreign_since(&report::CpuTicks::now());
+        let (foreign, _) = cpu_round.foreign_since(&common::CpuTicks::now(), 0);
         foreign_per_round.push((foreign * 1000.0).round() / 1000.0);
     }
     progress.clear();
     for done in &figures {
         print_scenario(done);
     }
-    let (foreign, steal) = cpu_start.foreign_since(&report::CpuTicks::now());
+    let (foreign, steal) = cpu_start.foreign_since(&common::CpuTicks::now(), 0);
     let command = std::iter::once("just bench".to_string())
         .chain(std::env::args().skip(1).filter(|a| a != "--bench"))
         .collect::<Vec<_>>()
@@ -377,7 +381,7 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
         "target_window_ms": o.target.as_millis() as u64,
         "duration_s": progress.start.elapsed().as_secs_f64().round(),
         "load_average_start": load_start,
-        "load_average_end": report::loadavg(),
+        "load_average_end": common::loadavg(),
         "load_average_1m_max": load_max,
         "foreign_cpu_share": (foreign * 1000.0).round() / 1000.0,
         "foreign_cpu_share_per_round": foreign_per_round,
@@ -416,6 +420,19 @@ fn fold_latency(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The crates whose versions `results.json` records.
+const CRATES: &[&str] = &[
+    "ringbus",
+    "ringbus-core",
+    "tokio",
+    "async-broadcast",
+    "kanal",
+    "flume",
+    "disruptor",
+    "crossbeam-utils",
+    "plotters",
+];
+
 fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<PathBuf> {
     let objects: Vec<Value> = figures
         .iter()
@@ -426,18 +443,26 @@ fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<
             report::figure_json(f, ringbus)
         })
         .collect();
-    let results = json!({
+    let path = dir.join("results.json");
+    // The "nats" key is `benches/nats.rs`'s (`just nats-bench`): kept from the file replaced.
+    let nats = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+        .map_or(Value::Null, |mut old| old["nats"].take());
+    let mut results = json!({
         "about": "ringbus beside its peers: every figure is the time per operation on the \
                   publishing side (median, min and max of the interleaved rounds, \
                   rounds_ns in run order); ratio_to_ringbus = peer / ringbus per round. \
                   Written by benches/compare.rs; README.md is rendered from this file.",
-        "machine": report::machine(),
+        "machine": common::machine(CRATES),
         "run": run,
         "figures": objects,
         "latency": latency(),
     });
+    if !nats.is_null() {
+        results["nats"] = nats;
+    }
     std::fs::create_dir_all(dir)?;
-    let path = dir.join("results.json");
     let mut body = serde_json::to_string_pretty(&results).map_err(std::io::Error::other)?;
     body.push('\n');
     std::fs::write(&path, body)?;

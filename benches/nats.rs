@@ -54,6 +54,11 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{command, loadavg, max, median, min, read, sig3, utc_now, CpuTicks};
+
 /// The topic every round uses (each round under its own prefix, so its own subject and
 /// stream).
 const TOPIC: &str = "bench";
@@ -266,7 +271,8 @@ struct Sample {
     secs: f64,
     client_cpu_ns: u64,
     server_cpu_ns: u64,
-    /// Share of the machine's CPU time used by other processes during the round.
+    /// Share of the machine's CPU time used by other processes (not this one, not the
+    /// server, not stolen by the hypervisor) during the round.
     foreign: f64,
 }
 
@@ -338,24 +344,6 @@ fn cpu_ns(pid: &str) -> u64 {
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
-}
-
-/// The machine's CPU time in all states and busy (not idle, not iowait), in nanoseconds,
-/// from `/proc/stat` (ticks of 10 ms).
-fn machine_ns() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let f: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    let get = |i: usize| f.get(i).copied().unwrap_or(0);
-    let total: u64 = (0..8).map(get).sum();
-    let busy = total - get(3) - get(4);
-    (total * 10_000_000, busy * 10_000_000)
 }
 
 fn stream_config(prefix: &str) -> jetstream::stream::Config {
@@ -878,7 +866,7 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
         }
     };
     let server = ctx.server_pid.map(|p| p.to_string()).unwrap_or_default();
-    let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), machine_ns());
+    let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
     let start = Instant::now();
     let measured = match tx.start(ctx, system.send, cell, prefix) {
         Ok(task) => match rx.wait(cell).await {
@@ -898,7 +886,7 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
             return Err(e);
         }
     };
-    let (client1, server1, machine1) = (cpu_ns("self"), cpu_ns(&server), machine_ns());
+    let (client1, server1, machine1) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
     let sent = tx.finish(cell).await;
     let received = rx.finish(cell).await;
     sent?;
@@ -910,13 +898,11 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
         client1.saturating_sub(client0),
         server1.saturating_sub(server0),
     );
-    let total = machine1.0.saturating_sub(machine0.0).max(1) as f64;
-    let busy = machine1.1.saturating_sub(machine0.1) as f64;
     Ok(Sample {
         secs: (end - start).as_secs_f64(),
         client_cpu_ns,
         server_cpu_ns,
-        foreign: ((busy - (client_cpu_ns + server_cpu_ns) as f64) / total).max(0.0),
+        foreign: machine0.foreign_since(&machine1, server_cpu_ns).0,
     })
 }
 
@@ -924,38 +910,8 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
 // Statistics and the report
 // ---------------------------------------------------------------------------------------------
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.is_empty() {
-        f64::NAN
-    } else if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
-
-fn min(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::INFINITY, f64::min)
-}
-
-fn max(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
-}
-
 fn spread(v: &[f64]) -> (f64, f64, f64) {
     (median(v), min(v), max(v))
-}
-
-/// Three significant digits.
-fn sig3(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
-    (x * scale).round() / scale
 }
 
 fn fmt_rate(x: f64) -> String {
@@ -1153,70 +1109,8 @@ fn table(results: &[CellResult], names: &[&str]) -> String {
     t
 }
 
-fn command(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new(cmd).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn loadavg() -> Vec<f64> {
-    read("/proc/loadavg")
-        .split_whitespace()
-        .take(3)
-        .filter_map(|x| x.parse().ok())
-        .collect()
-}
-
-/// Versions from `Cargo.lock` of the crates the figures depend on.
-fn crate_versions() -> Value {
-    let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"));
-    let wanted = [
-        "async-nats",
-        "ringbus",
-        "ringbus-nats",
-        "serde_json",
-        "tokio",
-    ];
-    let mut out = serde_json::Map::new();
-    let mut name = "";
-    for line in lock.lines() {
-        if let Some(n) = line.strip_prefix("name = \"") {
-            name = n.trim_end_matches('"');
-        } else if let Some(v) = line.strip_prefix("version = \"") {
-            if wanted.contains(&name) {
-                out.insert(name.to_string(), json!(v.trim_end_matches('"')));
-            }
-        }
-    }
-    Value::Object(out)
-}
-
+/// What the figures were measured on, with the nats-server's version.
 fn machine() -> Value {
-    let cpuinfo = read("/proc/cpuinfo");
-    let field = |key: &str| {
-        cpuinfo
-            .lines()
-            .find(|l| l.split(':').next().map(str::trim) == Some(key))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    let os = read("/etc/os-release")
-        .lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-        .map(|s| s.trim_matches('"').to_string())
-        .unwrap_or_else(|| std::env::consts::OS.to_string());
-    let rustc = command("rustc", &["-vV"]).unwrap_or_default();
-    let rustflags = match std::env::var("RUSTFLAGS") {
-        Ok(v) if v.is_empty() => "(cleared)".to_string(),
-        Ok(v) => v,
-        Err(_) => "(unset)".to_string(),
-    };
     let server_bin = std::env::var("NATS_SERVER_BIN")
         .ok()
         .filter(|v| !v.is_empty());
@@ -1229,25 +1123,15 @@ fn machine() -> Value {
     .flatten()
     .find_map(|b| command(b, &["--version"]))
     .unwrap_or_else(|| "unknown".to_string());
-    json!({
-        "cpu": field("model name"),
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "virtualized": field("flags").split_whitespace().any(|f| f == "hypervisor"),
-        "os": format!("{os}, Linux {}", read("/proc/sys/kernel/osrelease").trim()),
-        "rustc": rustc.lines().next().unwrap_or("unknown"),
-        "llvm": rustc.lines().find_map(|l| l.strip_prefix("LLVM version: ")).unwrap_or(""),
-        "build_profile": if cfg!(debug_assertions) {
-            "debug assertions ON: not for publication"
-        } else {
-            "bench (release: opt-level 3, debug = 1, no debug assertions)"
-        },
-        "rustflags": rustflags,
-        "nats_server": server_version,
-        "crates": crate_versions(),
-        "commit": command("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default(),
-        "uncommitted_changes": command("git", &["status", "--porcelain", "--untracked-files=no"])
-            .is_some_and(|s| !s.is_empty()),
-    })
+    let mut machine = common::machine(&[
+        "async-nats",
+        "ringbus",
+        "ringbus-nats",
+        "serde_json",
+        "tokio",
+    ]);
+    machine["nats_server"] = json!(server_version);
+    machine
 }
 
 fn figures_json(results: &[CellResult]) -> Vec<Value> {
@@ -1428,17 +1312,17 @@ fn bench() -> i32 {
         println!("(quick, diag or partial run: results.json and nats.md left unchanged)");
         return 0;
     }
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks");
     let nats = json!({
         "about": "ringbus-nats beside the raw async-nats client: messages per second end to end \
                   (first publish to last message received; JetStream: and every publish and \
                   delivery acked), median, min and max of the interleaved rounds (rounds in run \
                   order); ratio_to_raw = system / raw per round. Written by \
-                  crates/ringbus-nats/benches/nats.rs (`just nats-bench`); see nats.md.",
+                  benches/nats.rs (`just nats-bench`); see nats.md.",
         "machine": machine(),
         "run": {
             "command": "just nats-bench",
-            "date": command("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default(),
+            "date": utc_now(),
             "duration_s": (duration.as_secs_f64() * 10.0).round() / 10.0,
             "rounds": o.rounds,
             "warmup_rounds": 1,
