@@ -309,11 +309,6 @@ impl NatsServer {
         &self.options
     }
 
-    /// The user name and password clients must present, if the server requires them.
-    pub fn user_password(&self) -> Option<(&str, &str)> {
-        self.options.credentials()
-    }
-
     /// Kills the server (SIGKILL, no graceful shutdown) and starts a new one on the same port
     /// with the same store directory and options, then waits until it accepts clients. Retries
     /// for up to 10 s while the port is still in use.
@@ -736,7 +731,7 @@ mod tests {
         let debug = format!("{server:?}");
         assert!(!debug.contains("s3cret-pw"), "{debug}");
         assert!(debug.contains("<redacted>"), "{debug}");
-        assert_eq!(server.user_password(), Some(("u", "s3cret-pw")));
+        assert_eq!(server.options().credentials(), Some(("u", "s3cret-pw")));
         assert!(info(&server).contains("\"auth_required\":true"));
 
         let refused = connect_as(&server, "u", "bad");

@@ -747,8 +747,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// handled the message, with how many handlers failed on it.
     ///
     /// This is how a bridge acknowledges a message upstream only once it was handled here.
-    /// While receipts are outstanding, the topic's subscribers notify them after each message;
-    /// otherwise tracking costs nothing.
+    /// While receipts are outstanding, the bus's subscribers notify them after each message;
+    /// otherwise tracking costs nothing. Unlike `publish`, it allocates (the receipt and the
+    /// list of subscribers it waits for).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -14,7 +14,8 @@
 //! - A subscriber whose handler fails (or panics) counts the failure in `failures` *before*
 //!   it stores its new position; after storing it, it notifies the bus's `progress` while
 //!   `progress_watchers` is non-zero (and always when its task ends).
-//! - [`Delivery::wait`] creates a `Notified` before looking at the positions; `Notify`
+//! - [`Delivery::wait`] (woken by any topic's progress while it waits, it looks again)
+//!   creates a `Notified` before looking at the positions; `Notify`
 //!   guarantees that a `notify_waiters` after that creation wakes it, and one before it is
 //!   visible in the positions it then reads (`notify_waiters` is a SeqCst read-modify-write
 //!   after the position store; creating the `Notified` is a SeqCst load of the same word).
