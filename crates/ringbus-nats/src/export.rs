@@ -2,8 +2,9 @@
 //!
 //! Core: `publish` into the client (bounded: it waits while the client's queue is full).
 //! JetStream: publish, then queue the ack future to this topic's acker task through a
-//! bounded channel (the ack window); the acker awaits acks in order and re-sends (same
-//! message id, deduplicated by the server) what was not acked, until `publish_retry_for`.
+//! bounded channel (the ack window); the acker awaits the window's acks concurrently and
+//! re-sends (same message id, deduplicated by the server) what was not acked, until
+//! `publish_retry_for`.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use ringbus::{Handler, HandlerError, SubscribeOptions, Subscription};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -182,7 +184,10 @@ async fn publish_js(
     }
 }
 
-/// The acker of one JetStream export: awaits acks in order, re-sends what was not acked.
+/// The acker of one JetStream export: confirms up to a window of exports at once. Their acks
+/// are awaited concurrently: each ack's timeout starts when it is awaited, so awaiting them
+/// one after the other would make a window lost to a server restart cost one timeout per
+/// message before the re-sends.
 async fn ack_loop(
     link: Arc<LinkShared>,
     topic: Arc<str>,
@@ -190,41 +195,60 @@ async fn ack_loop(
     mut window: mpsc::Receiver<Pending>,
     pending: Arc<AtomicU64>,
 ) {
-    while let Some(Pending { ack, message, sent }) = window.recv().await {
-        let mut ack = Some(ack);
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let result = match ack.take() {
-                Some(fut) => fut.await.map_err(|e| e.to_string()),
-                None => Err("not sent".to_string()),
-            };
-            match result {
-                Ok(ack) => {
-                    add(&link.counters.export_acked);
-                    if ack.duplicate {
-                        add(&link.counters.export_duplicates);
-                    }
-                    break;
-                }
-                Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
-                    add(&link.counters.export_errors);
-                    tracing::error!(
-                        topic = %topic,
-                        error = %e,
-                        "ringbus-nats: JetStream never acknowledged an export; giving up on it"
-                    );
-                    break;
-                }
-                Err(e) => {
-                    add(&link.counters.export_retries);
-                    tracing::debug!(topic = %topic, error = %e, "ringbus-nats: re-sending an unacked export");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                    ack = publish_js(&link, &subject, &message, sent).await.ok();
-                }
+    let limit = link.js.ack_window.max(1);
+    let mut confirming = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            next = window.recv(), if confirming.len() < limit => match next {
+                Some(export) => confirming.push(confirm(&link, &topic, &subject, export)),
+                None => break,
+            },
+            Some(()) = confirming.next(), if !confirming.is_empty() => {
+                pending.fetch_sub(1, Ordering::Relaxed);
             }
         }
+    }
+    while confirming.next().await.is_some() {
         pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Awaits the ack of one export, re-sending it (same message id: the server drops a copy it
+/// already stored) until it is acked or `publish_retry_for` has passed.
+async fn confirm(link: &LinkShared, topic: &str, subject: &Subject, export: Pending) {
+    let Pending { ack, message, sent } = export;
+    let mut ack = Some(ack);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let result = match ack.take() {
+            Some(fut) => fut.await.map_err(|e| e.to_string()),
+            None => Err("not sent".to_string()),
+        };
+        match result {
+            Ok(ack) => {
+                add(&link.counters.export_acked);
+                if ack.duplicate {
+                    add(&link.counters.export_duplicates);
+                }
+                return;
+            }
+            Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
+                add(&link.counters.export_errors);
+                tracing::error!(
+                    topic,
+                    error = %e,
+                    "ringbus-nats: JetStream never acknowledged an export; giving up on it"
+                );
+                return;
+            }
+            Err(e) => {
+                add(&link.counters.export_retries);
+                tracing::debug!(topic, error = %e, "ringbus-nats: re-sending an unacked export");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                ack = publish_js(link, subject, &message, sent).await.ok();
+            }
+        }
     }
 }
 

@@ -435,11 +435,8 @@ async fn jetstream_dedups_a_re_sent_id() {
     pair.close_subscriber().await;
 }
 
-/// Ignored in the default run: under load, an export whose ack was lost to the kill is
-/// sometimes re-sent for the whole `publish_retry_for` without an ack arriving, although the
-/// server has restored the stream and answers other publishes (see the crate's notes). Run
-/// it with `cargo test -p ringbus-nats --test conformance -- --ignored`.
-#[ignore = "a re-sent export after a server kill sometimes never gets its ack under load"]
+/// The exports in flight at the kill lose their acks; they are re-sent with the same id, and
+/// every message arrives at least once (duplicates are allowed, and counted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_loses_nothing_across_a_server_kill_and_restart() {
     if std::env::var_os("RUST_LOG").is_some() {
