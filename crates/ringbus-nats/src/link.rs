@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -187,7 +187,6 @@ impl LinkBuilder {
                 counters,
                 closed,
                 stop_imports: CancellationToken::new(),
-                closing: AtomicBool::new(false),
                 held: AtomicU64::new(0),
                 parts: Mutex::new(Parts::default()),
                 stream_setup: tokio::sync::Mutex::new(()),
@@ -298,9 +297,9 @@ pub(crate) struct LinkShared {
     pub(crate) counters: Arc<Counters>,
     /// Cancelled by the client's closed event.
     closed: CancellationToken,
-    /// Cancelled first by `close`: importers stop taking messages from NATS.
+    /// Cancelled first by `close` (or when the `Link` is dropped): importers stop taking
+    /// messages from NATS, and no topic can be linked any more.
     pub(crate) stop_imports: CancellationToken,
-    closing: AtomicBool,
     /// JetStream imports handed to the bus and not yet settled.
     pub(crate) held: AtomicU64,
     parts: Mutex<Parts>,
@@ -335,12 +334,12 @@ impl LinkShared {
             },
             ..Default::default()
         };
-        let mut stream = self
+        let stream = self
             .jetstream
             .get_or_create_stream(config)
             .await
             .map_err(|e| js_err(&e))?;
-        let info = stream.info().await.map_err(|e| js_err(&e))?;
+        let info = stream.cached_info();
         if !info.config.subjects.iter().any(|s| s == subject) {
             // Made by another link (or for another topic): add this topic's subject.
             let mut config = info.config.clone();
@@ -367,7 +366,7 @@ impl LinkShared {
 
     /// Records `topic` as linked in `direction`, or says it already is.
     fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
-        if self.closing.load(Ordering::Acquire) {
+        if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
         if !self.parts().linked.insert((topic.to_string(), direction)) {
@@ -591,7 +590,6 @@ impl Link {
         let started = Instant::now();
         let deadline = started + timeout;
         let link = &self.inner;
-        link.closing.store(true, Ordering::Release);
         link.stop_imports.cancel();
         let (imports, exports) = {
             let mut parts = link.parts();

@@ -105,6 +105,8 @@ async fn bad_topics_and_prefixes_are_refused_when_the_link_is_made() {
     let err = link.link_both::<u64>("loop", Mode::Core).await.unwrap_err();
     assert!(matches!(err, LinkError::EchoLoop { .. }), "{err}");
     assert!(link.close(WAIT).await.complete);
+    let err = link.export::<u64>("late", Mode::Core).await.unwrap_err();
+    assert!(matches!(err, LinkError::Closed), "{err}");
     bus.close().await;
 }
 
