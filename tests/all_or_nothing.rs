@@ -211,6 +211,33 @@ async fn cancelled_batch_gives_back_exactly_the_unpublished_messages() {
     assert_eq!(drain(&bus, &gate, &log).await, [0, 1, 2, 3]);
 }
 
+/// A context that is already done refuses every kind of publish up front, with room in the
+/// topic and the writer free: nothing is published, everything comes back.
+#[tokio::test(start_paused = true)]
+async fn an_already_cancelled_context_publishes_nothing() {
+    let bus = Bus::builder().capacity(8).build();
+    let gate = Gate::closed();
+    let (_sub, log, _entered) = gated(&bus, &gate);
+    let topic = bus.topic::<Msg>("t").unwrap();
+    let token = CancellationToken::new();
+    token.cancel();
+    let ctx = Context::new().with_cancellation(token);
+
+    let (m, witness) = msg(1);
+    assert_cancelled_with(topic.publish_with(&ctx, m).await, 1, &witness);
+    match topic.publish_batch(&ctx, (2..5).map(|id| msg(id).0)).await {
+        Err(PublishError::Cancelled(rest)) => {
+            assert_eq!(rest.map(|m| m.id).collect::<Vec<_>>(), [2, 3, 4]);
+        }
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    match topic.publish_tracked(&ctx, msg(5).0).await {
+        Err(PublishError::Cancelled(m)) => assert_eq!(m.id, 5),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert_eq!(drain(&bus, &gate, &log).await, Vec::<u64>::new());
+}
+
 /// On an unbuffered topic the message enters at once; the publish then waits for the
 /// subscribers to handle it. A deadline passing during that wait must not turn the publish
 /// into `Cancelled` (the message was delivered): it completes `Ok` once handled.
