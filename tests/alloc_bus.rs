@@ -222,3 +222,68 @@ fn bytes_per_subscribe_and_unsubscribe() {
         bus.close().await;
     });
 }
+
+/// Batches both ways (`publish_batch`, a batch subscriber), and a second publisher queued on
+/// the writer while the first waits for room holding it: no allocation either.
+#[test]
+fn batches_and_a_queued_publisher_allocate_nothing() {
+    const N: u64 = 4_096;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let deliveries = Arc::new(Deliveries {
+            handled: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            reached: Notify::new(),
+        });
+        let d = deliveries.clone();
+        let sub = bus
+            .subscribe_batch(
+                "batches",
+                ringbus::SubscribeOptions::new(),
+                move |batch: ringbus::Batch<'_, u64>| {
+                    let n = d.handled.fetch_add(batch.len() as u64, SeqCst) + batch.len() as u64;
+                    if n >= d.target.load(SeqCst) {
+                        d.reached.notify_one();
+                    }
+                    async {}
+                },
+            )
+            .unwrap();
+        let topic = bus.topic::<u64>("batches").unwrap();
+        let ctx = Context::new();
+        let round = || async {
+            let goal = deliveries.handled.load(SeqCst) + 2 * N;
+            // Two publishers at once on one thread: whenever the ring is full, one of them
+            // waits for room holding the writer and the other waits for the writer.
+            let batches = async {
+                for chunk in 0..N / 16 {
+                    let n = topic
+                        .publish_batch(&ctx, chunk * 16..chunk * 16 + 16)
+                        .await
+                        .unwrap();
+                    assert_eq!(n, 16);
+                }
+            };
+            let singles = async {
+                for i in 0..N {
+                    topic.publish(i).await.unwrap();
+                }
+            };
+            tokio::join!(batches, singles);
+            deliveries.wait_for(goal).await;
+        };
+        round().await; // warm-up
+        let ((), window) = counted(round()).await;
+        println!(
+            "{} batched and queued publishes, batch deliveries: {window:?}",
+            2 * N
+        );
+        assert_eq!(window.allocations, 0, "{window:?}");
+        assert_eq!(sub.stats().handled, 4 * N);
+        bus.close().await;
+    });
+}

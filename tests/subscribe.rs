@@ -144,10 +144,16 @@ async fn unsubscribe_releases_a_publisher_waiting_on_that_subscriber() {
         "the leaving subscriber did not release the publisher"
     );
     assert_ready_ok!(waiting.poll());
-    // Nothing gates the topic but the fast subscriber now, though the gate stays shut.
-    for m in 3..20u64 {
-        bus.publish("t", m).await.unwrap();
-    }
+    // Nothing gates the topic but the fast subscriber now, though the gate stays shut: with
+    // the slow one still in, these would wait for it forever (a failure, not a hang).
+    let publishes = async {
+        for m in 3..20u64 {
+            bus.publish("t", m).await.unwrap();
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), publishes)
+        .await
+        .expect("the unsubscribed subscriber still gates the topic");
     bus.close().await;
     assert_eq!(slow.log.snapshot(), [0, 1]);
     assert_eq!(fast.log.snapshot(), (0..20).collect::<Vec<_>>());
