@@ -252,6 +252,14 @@ impl<T> Reader<T> {
 
     /// The next item if there is one now. Never waits.
     pub fn try_recv(&mut self) -> Result<ReadGuard<'_, T>, TryRecvError> {
+        self.try_ready()?;
+        Ok(ReadGuard { reader: self })
+    }
+
+    /// `Ok` if an item is available now (looking at the writer again if the cached view is
+    /// used up), else whether the ring is drained or only empty.
+    #[inline]
+    fn try_ready(&mut self) -> Result<(), TryRecvError> {
         if self.cursor >= self.available && !self.refresh().0 {
             return Err(if self.is_drained() {
                 TryRecvError::Closed
@@ -259,7 +267,7 @@ impl<T> Reader<T> {
                 TryRecvError::Empty
             });
         }
-        Ok(ReadGuard { reader: self })
+        Ok(())
     }
 
     /// Waits for at least one item, then lends everything available (at most `max`) as a
@@ -277,13 +285,7 @@ impl<T> Reader<T> {
 
     /// Everything available now (at most `max`), without waiting.
     pub fn try_recv_batch(&mut self, max: usize) -> Result<Batch<'_, T>, TryRecvError> {
-        if self.cursor >= self.available && !self.refresh().0 {
-            return Err(if self.is_drained() {
-                TryRecvError::Closed
-            } else {
-                TryRecvError::Empty
-            });
-        }
+        self.try_ready()?;
         Ok(self.batch(max))
     }
 

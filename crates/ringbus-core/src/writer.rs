@@ -377,32 +377,14 @@ impl<T> Writer<T> {
     /// [`publish_batch`](Self::publish_batch) for plain threads.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
-        let mut items = items.into_iter().peekable();
-        let mut total = 0;
-        loop {
-            if !self.has_room(1) {
-                if items.peek().is_none() {
-                    return total;
-                }
-                crate::blocking::block_on(self.ready(1));
-            }
-            let room = self.limit - self.next;
-            let n = self.write_available(&mut items);
-            total += n;
-            if n < room {
-                return total; // the iterator ran dry
-            }
-        }
+        // Polled once at once: it writes inline while there is room and parks only when full.
+        crate::blocking::block_on(self.publish_batch(items))
     }
 
     /// [`reserve`](Self::reserve) for plain threads.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, ReserveError> {
-        self.check_size(n)?;
-        if !self.has_room(n) {
-            crate::blocking::block_on(self.ready(n));
-        }
-        Ok(Reservation { writer: self, n })
+        crate::blocking::block_on(self.reserve(n))
     }
 
     /// Closes the ring: readers read what was published, then see [`Closed`](crate::Closed).
