@@ -17,9 +17,11 @@
 //!
 //! Systems: `ringbus`, `tokio-broadcast`, `async-broadcast`, `tokio-mpsc-fanout`,
 //! `kanal-fanout`, `flume-fanout`, and `disruptor` for the ring scenarios. The bus scenarios
-//! and their wiring are in `compare/bus.rs`, the ring ones in `compare/ring.rs`, the JSON and
-//! the page in `compare/report.rs`, the counting allocator in `compare/alloc.rs`, the
-//! statistics and the machine's description (shared with `nats.rs`) in `common/mod.rs`.
+//! are in `compare/bus.rs`, the ring ones in `compare/ring.rs`, their systems' wiring (shared
+//! with the criterion benches `bus.rs` and `ring.rs`) in `common/bus_peers.rs` and
+//! `common/ring_peers.rs`, the JSON and the page in `compare/report.rs`, the counting
+//! allocator (the runs' timed `Window`) in `compare/alloc.rs`, the statistics and the
+//! machine's description (shared with `nats.rs`) in `common/mod.rs`.
 //!
 //! First every scenario warms every system up, which also sizes its rounds: the system runs
 //! with 8x more operations each time until one run lasts an eighth of the target window
@@ -41,12 +43,18 @@ use serde_json::{json, Value};
 mod alloc;
 #[path = "compare/bus.rs"]
 mod bus;
+#[path = "common/bus_peers.rs"]
+mod bus_peers;
 #[path = "common/mod.rs"]
 mod common;
 #[path = "compare/report.rs"]
 mod report;
 #[path = "compare/ring.rs"]
 mod ring;
+#[path = "common/ring_peers.rs"]
+mod ring_peers;
+#[path = "common/stopwatch.rs"]
+mod stopwatch;
 
 use common::median;
 use report::{fmt_ns, Figure};
@@ -69,6 +77,19 @@ pub(crate) struct Outcome {
     pub(crate) lost: u64,
     /// Deliveries due (messages times the subscribers each reaches).
     pub(crate) deliveries: u64,
+}
+
+impl Outcome {
+    /// What `ops` operations timed in a window measured; `lost` of `deliveries` due were lost.
+    pub(crate) fn new(timed: alloc::Timed, ops: u64, lost: u64, deliveries: u64) -> Self {
+        Self {
+            elapsed: timed.elapsed,
+            ops,
+            allocations: timed.allocations,
+            lost,
+            deliveries,
+        }
+    }
 }
 
 /// One system of a scenario: a name and a run of `n` messages.

@@ -55,15 +55,18 @@
 //! `RUSTFLAGS= cargo bench --bench ring`.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
-use disruptor::{BusySpin, Producer};
-use ringbus_core::{Builder, Reader, Writer};
+use ringbus_core::{Builder, Writer};
 use tokio::runtime::Runtime;
+
+#[path = "common/ring_peers.rs"]
+mod ring_peers;
+#[path = "common/stopwatch.rs"]
+mod stopwatch;
+
+use ring_peers::{laps, DisruptorOp, Mode, Run, Tally, TokioMpsc};
 
 /// Queue capacity of every system (the suite's default).
 const CAP: usize = 1024;
@@ -80,29 +83,6 @@ const TUNED_SPIN: u32 = 1024;
 // Verification
 // ---------------------------------------------------------------------------------------------
 
-/// What one reader saw.
-#[derive(Clone, Copy, Debug, Default)]
-struct Tally {
-    count: u64,
-    sum: u64,
-    /// Items the queue told this reader it lost (lossy peers only).
-    lost: u64,
-}
-
-impl Tally {
-    #[inline]
-    fn add(&mut self, v: u64) {
-        self.count += 1;
-        self.sum = self.sum.wrapping_add(v);
-    }
-}
-
-/// The sum of `0..n`, wrapping like the readers' sums.
-fn sum_below(n: u64) -> u64 {
-    let n = u128::from(n);
-    (n * n.saturating_sub(1) / 2) as u64
-}
-
 /// Asserts that every reader got every one of `0..n` exactly once.
 fn check_lossless(system: &str, tallies: &[Tally], n: u64) {
     for (i, t) in tallies.iter().enumerate() {
@@ -111,9 +91,20 @@ fn check_lossless(system: &str, tallies: &[Tally], n: u64) {
             "{system}: reader {i} got {} of {n} items",
             t.count
         );
-        assert_eq!(t.sum, sum_below(n), "{system}: reader {i} got wrong items");
+        assert_eq!(
+            t.sum,
+            ring_peers::sum_below(n),
+            "{system}: reader {i} got wrong items"
+        );
         assert_eq!(t.lost, 0, "{system}: reader {i} lost items");
     }
+}
+
+/// A run of the wiring in `common/ring_peers.rs`, checked with [`check_lossless`]; returns
+/// the writer's time.
+fn lossless(system: &str, n: u64, (elapsed, tallies): Run<Instant>) -> Duration {
+    check_lossless(system, &tallies, n);
+    elapsed
 }
 
 /// Asserts that every reader got or was told it lost each item; adds the losses to `losses`.
@@ -154,50 +145,6 @@ impl Losses {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Where readers run
-// ---------------------------------------------------------------------------------------------
-
-/// How the readers of one run are scheduled.
-#[derive(Clone, Copy)]
-enum Mode<'a> {
-    /// One OS thread per reader.
-    Threads,
-    /// One async task per reader on this runtime.
-    Tasks(&'a Runtime),
-}
-
-impl Mode<'_> {
-    /// The mode used for `n` readers (see the module docs).
-    fn for_readers(n: usize, rt: &Runtime) -> Mode<'_> {
-        if n > 8 {
-            Mode::Tasks(rt)
-        } else {
-            Mode::Threads
-        }
-    }
-}
-
-/// A running reader.
-enum Handle {
-    Thread(thread::JoinHandle<Tally>),
-    Task(tokio::task::JoinHandle<Tally>),
-}
-
-/// Waits for every reader and collects what each saw.
-fn join_all(mode: Mode<'_>, handles: Vec<Handle>) -> Vec<Tally> {
-    handles
-        .into_iter()
-        .map(|h| match h {
-            Handle::Thread(h) => h.join().expect("reader thread panicked"),
-            Handle::Task(h) => match mode {
-                Mode::Tasks(rt) => rt.block_on(h).expect("reader task panicked"),
-                Mode::Threads => unreachable!("task handle without a runtime"),
-            },
-        })
-        .collect()
-}
-
 /// A small runtime for the 32/128-reader cases: one worker, one core for the readers.
 fn reader_runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -230,11 +177,7 @@ enum RingOp {
 
 fn ring_write(w: &mut Writer<u64>, iters: u64, op: RingOp) {
     match op {
-        RingOp::Blocking => {
-            for i in 0..iters {
-                w.blocking_publish(i);
-            }
-        }
+        RingOp::Blocking => ring_peers::write_single(w, iters),
         RingOp::Async => ringbus_core::block_on(async {
             for i in 0..iters {
                 w.publish(i).await;
@@ -249,15 +192,7 @@ fn ring_write(w: &mut Writer<u64>, iters: u64, op: RingOp) {
                 }
             }
         }
-        RingOp::Batch(n) => {
-            let mut base = 0;
-            while base < iters {
-                let end = (base + n as u64).min(iters);
-                let published = w.blocking_publish_batch(base..end);
-                debug_assert_eq!(published, end - base);
-                base = end;
-            }
-        }
+        RingOp::Batch(n) => ring_peers::write_batch(w, iters, n),
         RingOp::TryBatch(n) => {
             let mut base = 0;
             while base < iters {
@@ -270,42 +205,7 @@ fn ring_write(w: &mut Writer<u64>, iters: u64, op: RingOp) {
                 base = items.end;
             }
         }
-        RingOp::Reserve(n) => {
-            let mut base = 0;
-            while base < iters {
-                let len = (iters - base).min(n as u64) as usize;
-                let mut r = w.blocking_reserve(len).expect("len <= capacity");
-                let (a, b) = r.as_mut_slices();
-                for (k, slot) in a.iter_mut().chain(b.iter_mut()).enumerate() {
-                    *slot = base + k as u64;
-                }
-                r.commit();
-                base += len as u64;
-            }
-        }
-    }
-}
-
-fn spawn_ring_reader(mode: Mode<'_>, mut r: Reader<u64>) -> Handle {
-    match mode {
-        Mode::Threads => Handle::Thread(thread::spawn(move || {
-            let mut t = Tally::default();
-            while let Ok(batch) = r.blocking_recv_batch(CAP) {
-                for &v in batch.iter() {
-                    t.add(v);
-                }
-            }
-            t
-        })),
-        Mode::Tasks(rt) => Handle::Task(rt.spawn(async move {
-            let mut t = Tally::default();
-            while let Ok(batch) = r.recv_batch(CAP).await {
-                for &v in batch.iter() {
-                    t.add(v);
-                }
-            }
-            t
-        })),
+        RingOp::Reserve(n) => ring_peers::write_reserve(w, iters, n),
     }
 }
 
@@ -316,480 +216,91 @@ fn ring_run(iters: u64, readers: usize, mode: Mode<'_>, op: RingOp) -> Duration 
 
 /// [`ring_run`] with `spin` polls before the writer or a reader parks.
 fn ring_run_spin(iters: u64, readers: usize, mode: Mode<'_>, op: RingOp, spin: u32) -> Duration {
-    let (mut w, stage) = Builder::new(CAP).spin(spin).build::<u64>();
-    let handles: Vec<_> = (0..readers)
-        .map(|_| spawn_ring_reader(mode, stage.reader().expect("join")))
-        .collect();
-    drop(stage);
-    let start = Instant::now();
-    ring_write(&mut w, iters, op);
-    let elapsed = start.elapsed();
-    drop(w);
-    check_lossless("ringbus", &join_all(mode, handles), iters);
-    elapsed
+    let run =
+        ring_peers::ring_run::<Instant>(iters, readers, mode, spin, |w, n| ring_write(w, n, op));
+    lossless("ringbus", iters, run)
 }
 
 /// A pipeline of `stages` chained stages (`Stage::then`), one reader thread each.
 fn ring_stages(iters: u64, stages: usize) -> Duration {
-    let (mut w, first) = Builder::new(CAP).build::<u64>();
-    let mut stage = first;
-    let mut handles = Vec::new();
-    for k in 0..stages {
-        if k > 0 {
-            stage = stage.then();
-        }
-        handles.push(spawn_ring_reader(
-            Mode::Threads,
-            stage.reader().expect("join"),
-        ));
-    }
-    drop(stage);
-    let start = Instant::now();
-    ring_write(&mut w, iters, RingOp::Blocking);
-    let elapsed = start.elapsed();
-    drop(w);
-    check_lossless("ringbus", &join_all(Mode::Threads, handles), iters);
-    elapsed
+    lossless(
+        "ringbus",
+        iters,
+        ring_peers::ring_stages::<Instant>(iters, stages),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
-// disruptor
+// The peers (wired in `common/ring_peers.rs`)
 // ---------------------------------------------------------------------------------------------
 
-/// Where a disruptor handler leaves its tally (it runs on the crate's thread).
-#[derive(Default)]
-struct Totals {
-    count: AtomicU64,
-    sum: AtomicU64,
-}
-
-impl Totals {
-    fn tally(&self) -> Tally {
-        // Relaxed: read after the producer's drop joined the handler threads.
-        Tally {
-            count: self.count.load(Ordering::Relaxed),
-            sum: self.sum.load(Ordering::Relaxed),
-            lost: 0,
-        }
-    }
-}
-
-/// A handler's private state: its tally, published to `out` at the end of every batch.
-struct HandlerState {
-    tally: Tally,
-    out: Arc<Totals>,
-}
-
-fn handler_init(out: &Arc<Totals>) -> impl FnOnce() -> HandlerState + Send + 'static {
-    let out = out.clone();
-    move || HandlerState {
-        tally: Tally::default(),
-        out,
-    }
-}
-
-fn handler(s: &mut HandlerState, e: &u64, _seq: i64, end_of_batch: bool) {
-    s.tally.add(*e);
-    if end_of_batch {
-        s.out.count.store(s.tally.count, Ordering::Relaxed);
-        s.out.sum.store(s.tally.sum, Ordering::Relaxed);
-    }
-}
-
-/// How the disruptor's producer publishes.
-#[derive(Clone, Copy)]
-enum DisruptorOp {
-    Single,
-    /// `batch_publish(n, ..)`, filling the events through the batch iterator.
-    Batch(usize),
-}
-
-fn disruptor_write<P: Producer<u64>>(p: &mut P, iters: u64, op: DisruptorOp) {
-    match op {
-        DisruptorOp::Single => {
-            for i in 0..iters {
-                p.publish(|e| *e = i);
-            }
-        }
-        DisruptorOp::Batch(n) => {
-            let mut base = 0;
-            while base < iters {
-                let len = (iters - base).min(n as u64) as usize;
-                p.batch_publish(len, |events| {
-                    for (k, e) in events.enumerate() {
-                        *e = base + k as u64;
-                    }
-                });
-                base += len as u64;
-            }
-        }
-    }
-}
-
-/// Times the writer, drops the producer (which joins the handler threads once they processed
-/// everything) and checks every handler's tally.
-fn disruptor_finish<P: Producer<u64>>(
-    mut p: P,
-    iters: u64,
-    op: DisruptorOp,
-    totals: &[Arc<Totals>],
-) -> Duration {
-    let start = Instant::now();
-    disruptor_write(&mut p, iters, op);
-    let elapsed = start.elapsed();
-    drop(p);
-    let tallies: Vec<_> = totals.iter().map(|t| t.tally()).collect();
-    check_lossless("disruptor", &tallies, iters);
-    elapsed
-}
-
-/// `consumers` independent handlers (one thread each).
+/// `consumers` independent disruptor handlers (one thread each).
 fn disruptor_run(iters: u64, consumers: usize, op: DisruptorOp) -> Duration {
-    let totals: Vec<Arc<Totals>> = (0..consumers).map(|_| Arc::default()).collect();
-    let builder = disruptor::build_single_producer(CAP, || 0u64, BusySpin);
-    if consumers == 1 {
-        // The crate's single-consumer fast path, as a user with one consumer would get it.
-        let p = builder
-            .handle_events_and_state_with(handler, handler_init(&totals[0]))
-            .build();
-        disruptor_finish(p, iters, op, &totals)
-    } else {
-        let mut b = builder.with_multi_consumer();
-        for t in &totals {
-            b = b.handle_events_and_state_with(handler, handler_init(t));
-        }
-        disruptor_finish(b.build(), iters, op, &totals)
-    }
+    let run = ring_peers::disruptor_run::<Instant>(iters, consumers, op);
+    lossless("disruptor", iters, run)
 }
 
-/// A pipeline of `stages` handlers chained with `and_then`.
+/// A pipeline of `stages` disruptor handlers chained with `and_then`.
 fn disruptor_stages(iters: u64, stages: usize) -> Duration {
-    let totals: Vec<Arc<Totals>> = (0..stages).map(|_| Arc::default()).collect();
-    let b = disruptor::build_single_producer(CAP, || 0u64, BusySpin)
-        .handle_events_and_state_with(handler, handler_init(&totals[0]));
-    let p = match stages {
-        1 => b.build(),
-        2 => b
-            .and_then()
-            .handle_events_and_state_with(handler, handler_init(&totals[1]))
-            .build(),
-        3 => b
-            .and_then()
-            .handle_events_and_state_with(handler, handler_init(&totals[1]))
-            .and_then()
-            .handle_events_and_state_with(handler, handler_init(&totals[2]))
-            .build(),
-        // Each `and_then` changes the builder's type, so the pipelines are written out.
-        _ => panic!("the disruptor pipeline is written out for 1 to 3 stages, not {stages}"),
-    };
-    disruptor_finish(p, iters, DisruptorOp::Single, &totals)
+    let run = ring_peers::disruptor_stages::<Instant>(iters, stages);
+    lossless("disruptor", iters, run)
 }
 
-// ---------------------------------------------------------------------------------------------
-// tokio::sync::broadcast (lossy)
-// ---------------------------------------------------------------------------------------------
-
+/// `tokio::sync::broadcast` (lossy): the losses are added to `losses`.
 fn tokio_broadcast_run(iters: u64, readers: usize, mode: Mode<'_>, losses: &Losses) -> Duration {
-    use tokio::sync::broadcast::{self, error::RecvError};
-    let (tx, _) = broadcast::channel::<u64>(CAP);
-    let handles: Vec<_> = (0..readers)
-        .map(|_| {
-            let mut rx = tx.subscribe();
-            match mode {
-                Mode::Threads => Handle::Thread(thread::spawn(move || {
-                    let mut t = Tally::default();
-                    loop {
-                        match rx.blocking_recv() {
-                            Ok(v) => t.add(v),
-                            Err(RecvError::Lagged(n)) => t.lost += n,
-                            Err(RecvError::Closed) => return t,
-                        }
-                    }
-                })),
-                Mode::Tasks(rt) => Handle::Task(rt.spawn(async move {
-                    let mut t = Tally::default();
-                    loop {
-                        match rx.recv().await {
-                            Ok(v) => t.add(v),
-                            Err(RecvError::Lagged(n)) => t.lost += n,
-                            Err(RecvError::Closed) => return t,
-                        }
-                    }
-                })),
-            }
-        })
-        .collect();
-    let start = Instant::now();
-    for i in 0..iters {
-        tx.send(i).expect("receivers exist");
-    }
-    let elapsed = start.elapsed();
-    drop(tx);
-    check_lossy("tokio_broadcast", &join_all(mode, handles), iters, losses);
+    let (elapsed, tallies) = ring_peers::tokio_broadcast_run::<Instant>(iters, readers, mode);
+    check_lossy("tokio_broadcast", &tallies, iters, losses);
     elapsed
 }
 
-// ---------------------------------------------------------------------------------------------
-// async-broadcast (overflow off: backpressure)
-// ---------------------------------------------------------------------------------------------
-
+/// `async-broadcast` (overflow off: backpressure).
 fn async_broadcast_run(iters: u64, readers: usize, mode: Mode<'_>) -> Duration {
-    let (tx, rx) = async_broadcast::broadcast::<u64>(CAP);
-    debug_assert!(!tx.overflow());
-    let handles: Vec<_> = (0..readers)
-        .map(|_| {
-            let mut rx = rx.new_receiver();
-            match mode {
-                Mode::Threads => Handle::Thread(thread::spawn(move || {
-                    let mut t = Tally::default();
-                    while let Ok(v) = rx.recv_blocking() {
-                        t.add(v);
-                    }
-                    t
-                })),
-                // `recv_direct`: the allocation-free form of `recv`.
-                Mode::Tasks(rt) => Handle::Task(rt.spawn(async move {
-                    let mut t = Tally::default();
-                    while let Ok(v) = rx.recv_direct().await {
-                        t.add(v);
-                    }
-                    t
-                })),
-            }
-        })
-        .collect();
-    // An undrained receiver would hold the writer back.
-    drop(rx);
-    let start = Instant::now();
-    for i in 0..iters {
-        tx.broadcast_blocking(i).expect("receivers exist");
-    }
-    let elapsed = start.elapsed();
-    drop(tx);
-    check_lossless("async_broadcast", &join_all(mode, handles), iters);
-    elapsed
+    let run = ring_peers::async_broadcast_run::<Instant>(iters, readers, mode);
+    lossless("async_broadcast", iters, run)
 }
 
-// ---------------------------------------------------------------------------------------------
-// one tokio::sync::mpsc per reader
-// ---------------------------------------------------------------------------------------------
-
-fn mpsc_reader(mode: Mode<'_>, mut rx: tokio::sync::mpsc::Receiver<u64>) -> Handle {
-    match mode {
-        Mode::Threads => Handle::Thread(thread::spawn(move || {
-            let mut t = Tally::default();
-            let mut buf = Vec::with_capacity(CAP);
-            while rx.blocking_recv_many(&mut buf, CAP) > 0 {
-                for v in buf.drain(..) {
-                    t.add(v);
-                }
-            }
-            t
-        })),
-        Mode::Tasks(rt) => Handle::Task(rt.spawn(async move {
-            let mut t = Tally::default();
-            let mut buf = Vec::with_capacity(CAP);
-            while rx.recv_many(&mut buf, CAP).await > 0 {
-                for v in buf.drain(..) {
-                    t.add(v);
-                }
-            }
-            t
-        })),
-    }
-}
-
+/// One `tokio::sync::mpsc` per reader.
 fn tokio_mpsc_run(iters: u64, readers: usize, mode: Mode<'_>) -> Duration {
-    let mut senders = Vec::with_capacity(readers);
-    let mut handles = Vec::with_capacity(readers);
-    for _ in 0..readers {
-        let (tx, rx) = tokio::sync::mpsc::channel::<u64>(CAP);
-        senders.push(tx);
-        handles.push(mpsc_reader(mode, rx));
-    }
-    let start = Instant::now();
-    for i in 0..iters {
-        for tx in &senders {
-            tx.blocking_send(i).expect("reader alive");
-        }
-    }
-    let elapsed = start.elapsed();
-    drop(senders);
-    check_lossless("tokio_mpsc", &join_all(mode, handles), iters);
-    elapsed
+    let run = ring_peers::fanout_run::<Instant, TokioMpsc>(iters, readers, mode);
+    lossless("tokio_mpsc", iters, run)
 }
 
 /// A pipeline of `stages` threads linked by mpsc channels, each forwarding to the next.
 fn tokio_mpsc_stages(iters: u64, stages: usize) -> Duration {
-    use tokio::sync::mpsc;
-    let (tx, mut rx) = mpsc::channel::<u64>(CAP);
-    let mut handles = Vec::new();
-    for k in 0..stages {
-        let (next_tx, next_rx) = mpsc::channel::<u64>(CAP);
-        let next_tx = (k + 1 < stages).then_some(next_tx);
-        let mut input = std::mem::replace(&mut rx, next_rx);
-        handles.push(thread::spawn(move || {
-            let mut t = Tally::default();
-            let mut buf = Vec::with_capacity(CAP);
-            while input.blocking_recv_many(&mut buf, CAP) > 0 {
-                for v in buf.drain(..) {
-                    t.add(v);
-                    if let Some(next) = &next_tx {
-                        next.blocking_send(v).expect("next stage alive");
-                    }
-                }
-            }
-            t
-        }));
-    }
-    drop(rx);
-    let start = Instant::now();
-    for i in 0..iters {
-        tx.blocking_send(i).expect("first stage alive");
-    }
-    let elapsed = start.elapsed();
-    drop(tx);
-    let tallies: Vec<_> = handles
-        .into_iter()
-        .map(|h| h.join().expect("stage panicked"))
-        .collect();
-    check_lossless("tokio_mpsc", &tallies, iters);
-    elapsed
+    let run = ring_peers::channel_stages::<Instant, TokioMpsc>(iters, stages);
+    lossless("tokio_mpsc", iters, run)
 }
 
 // ---------------------------------------------------------------------------------------------
-// read_batch: the reader's own cost, single-threaded
+// read_batch: the reader's own cost, single-threaded (see `ring_peers::laps`)
 // ---------------------------------------------------------------------------------------------
-//
-// The writer fills the queue (1024 items, untimed), then the reader drains it (timed), lap after
-// lap, on one thread: no cache-line transfers and no waiting, only the receive path. The sum is
-// checked at the end so the reads cannot be optimised away.
-
-/// Runs `laps` of fill (untimed) then drain (timed) for `iters` items in total.
-fn laps(iters: u64, mut fill: impl FnMut(u64, u64), mut drain: impl FnMut(u64) -> u64) -> Duration {
-    let mut elapsed = Duration::ZERO;
-    let mut base = 0;
-    while base < iters {
-        let end = (base + CAP as u64).min(iters);
-        fill(base, end);
-        let start = Instant::now();
-        let got = drain(end - base);
-        elapsed += start.elapsed();
-        assert_eq!(got, end - base);
-        base = end;
-    }
-    elapsed
-}
 
 fn read_ring(iters: u64, batch: bool) -> Duration {
-    let (mut w, stage) = Builder::new(CAP).build::<u64>();
-    let mut r = stage.reader().expect("join");
-    let mut t = Tally::default();
-    let elapsed = laps(
-        iters,
-        |a, b| {
-            let mut items = a..b;
-            w.try_publish_batch(&mut items);
-            assert!(items.is_empty());
-        },
-        |n| {
-            let mut got = 0;
-            while got < n {
-                if batch {
-                    let b = r.blocking_recv_batch(CAP).expect("open");
-                    for &v in b.iter() {
-                        t.add(v);
-                    }
-                    got += b.len() as u64;
-                } else {
-                    t.add(*r.blocking_recv().expect("open"));
-                    got += 1;
-                }
-            }
-            got
-        },
-    );
-    check_lossless("ringbus", &[t], iters);
-    elapsed
+    let run = ring_peers::read_batch_ring::<Instant>(iters, batch);
+    lossless("ringbus", iters, run)
 }
 
 fn read_disruptor(iters: u64) -> Duration {
-    let (mut poller, b) =
-        disruptor::build_single_producer(CAP, || 0u64, BusySpin).new_event_poller();
-    let mut p = b.build();
-    let mut t = Tally::default();
-    let elapsed = laps(
-        iters,
-        |a, b| {
-            p.batch_publish((b - a) as usize, |events| {
-                for (k, e) in events.enumerate() {
-                    *e = a + k as u64;
-                }
-            })
-        },
-        |n| {
-            let mut got = 0;
-            while got < n {
-                let mut events = poller.poll().expect("published");
-                for &v in &mut events {
-                    t.add(v);
-                    got += 1;
-                }
-            }
-            got
-        },
-    );
-    check_lossless("disruptor", &[t], iters);
-    elapsed
+    let run = ring_peers::read_batch_disruptor::<Instant>(iters);
+    lossless("disruptor", iters, run)
 }
 
 fn read_tokio_broadcast(iters: u64) -> Duration {
-    let (tx, mut rx) = tokio::sync::broadcast::channel::<u64>(CAP);
-    let mut t = Tally::default();
-    let elapsed = laps(
-        iters,
-        |a, b| {
-            for i in a..b {
-                tx.send(i).expect("receiver alive");
-            }
-        },
-        |n| {
-            for _ in 0..n {
-                t.add(rx.try_recv().expect("sent"));
-            }
-            n
-        },
-    );
-    check_lossless("tokio_broadcast", &[t], iters);
-    elapsed
+    let run = ring_peers::read_batch_tokio_broadcast::<Instant>(iters);
+    lossless("tokio_broadcast", iters, run)
 }
 
 fn read_async_broadcast(iters: u64) -> Duration {
-    let (tx, mut rx) = async_broadcast::broadcast::<u64>(CAP);
-    let mut t = Tally::default();
-    let elapsed = laps(
-        iters,
-        |a, b| {
-            for i in a..b {
-                tx.try_broadcast(i).expect("room");
-            }
-        },
-        |n| {
-            for _ in 0..n {
-                t.add(rx.try_recv().expect("sent"));
-            }
-            n
-        },
-    );
-    check_lossless("async_broadcast", &[t], iters);
-    elapsed
+    let run = ring_peers::read_batch_async_broadcast::<Instant>(iters);
+    lossless("async_broadcast", iters, run)
 }
 
+/// tokio's mpsc through `blocking_recv_many`.
 fn read_tokio_mpsc(iters: u64) -> Duration {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(CAP);
     let mut t = Tally::default();
     let mut buf = Vec::with_capacity(CAP);
-    let elapsed = laps(
+    let elapsed = laps::<Instant>(
         iters,
         |a, b| {
             for i in a..b {

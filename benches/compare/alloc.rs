@@ -7,8 +7,11 @@
 //! nothing.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::ops::AddAssign;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::stopwatch::Stopwatch;
 
 /// The allocator: the system allocator, counting while [`COUNTING`] is set.
 pub(crate) struct Counting;
@@ -56,9 +59,26 @@ pub(crate) struct Window {
     allocations: u64,
 }
 
-impl Window {
+/// What a [`Window`] measured.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Timed {
+    pub(crate) elapsed: Duration,
+    pub(crate) allocations: u64,
+}
+
+/// Summing the windows of a run timed in several (`read_batch`'s laps).
+impl AddAssign for Timed {
+    fn add_assign(&mut self, more: Self) {
+        self.elapsed += more.elapsed;
+        self.allocations += more.allocations;
+    }
+}
+
+impl Stopwatch for Window {
+    type Reading = Timed;
+
     /// Starts counting and the clock.
-    pub(crate) fn start() -> Self {
+    fn start() -> Self {
         COUNTING.store(true, Ordering::SeqCst);
         let allocations = ALLOCATIONS.load(Ordering::SeqCst);
         Self {
@@ -67,11 +87,14 @@ impl Window {
         }
     }
 
-    /// Stops the clock, then counting: (elapsed, allocations in the window).
-    pub(crate) fn stop(self) -> (Duration, u64) {
+    /// Stops the clock, then counting: elapsed time and allocations in the window.
+    fn stop(self) -> Timed {
         let elapsed = self.start.elapsed();
         COUNTING.store(false, Ordering::SeqCst);
         let allocations = ALLOCATIONS.load(Ordering::SeqCst) - self.allocations;
-        (elapsed, allocations)
+        Timed {
+            elapsed,
+            allocations,
+        }
     }
 }

@@ -1,0 +1,648 @@
+//! The bus systems as the bus benchmarks wire them, shared by the criterion bench (`bus.rs`)
+//! and the comparison runner (`compare/bus.rs`): subscribers that only count, the `System`
+//! trait with `ringbus` and the topic maps a tokio user would build from the usual channels
+//! (tokio broadcast, async-broadcast, the fan-out of one bounded channel per subscriber), the
+//! publishing side of a run and the checks of what every subscriber counted.
+//!
+//! Included as `#[path = "common/bus_peers.rs"] mod bus_peers;` next to
+//! `#[path = "common/stopwatch.rs"] mod stopwatch;`; the includer defines `CAP`, the queue
+//! capacity of every system. What only one of them runs stays there: `ringbus/topic` in
+//! `bus.rs`, the `kanal` and `flume` channels of the fan-out in `compare/bus.rs`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use ringbus::{Bus, Subscription};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+use crate::stopwatch::Stopwatch;
+use crate::CAP;
+
+/// Publisher tasks in the parallel scenarios.
+pub(crate) const PUBLISHERS: u64 = 16;
+/// Topics in the `*_topics` scenarios.
+pub(crate) const TOPICS: usize = 100;
+/// How long closing a bus (draining it) may take before the run fails.
+const CLOSE_LIMIT: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------------------------------------
+// Subscribers that only count
+// ---------------------------------------------------------------------------------------------
+
+/// What one subscriber saw.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) count: AtomicU64,
+    sum: AtomicU64,
+    /// Messages the system told this subscriber it lost (the lossy peer only).
+    pub(crate) lost: AtomicU64,
+    /// Subscriber tasks (handlers) that ended: bumped when a [`Counter`] is dropped.
+    ended: AtomicU64,
+}
+
+/// Each subscriber's topic and tally.
+pub(crate) type Tallies = Vec<(usize, Arc<CachePadded<Tally>>)>;
+
+/// The handler's state: one per subscriber, owned by its task (or its handler closure).
+pub(crate) struct Counter(Arc<CachePadded<Tally>>);
+
+impl Counter {
+    /// Counts one message. Only this subscriber writes its tally, so a load and a store do
+    /// (no read-modify-write on the delivery path).
+    #[inline]
+    pub(crate) fn add(&self, v: u64) {
+        let t = &self.0;
+        t.count
+            .store(t.count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        t.sum.store(
+            t.sum.load(Ordering::Relaxed).wrapping_add(v),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The counter as a `ringbus` handler closure.
+    pub(crate) fn handler(self) -> impl Fn(&u64) -> std::future::Ready<()> + Send + Sync + 'static {
+        move |m: &u64| {
+            self.add(*m);
+            std::future::ready(())
+        }
+    }
+
+    fn lose(&self, n: u64) {
+        let t = &self.0;
+        t.lost
+            .store(t.lost.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn tally() -> Arc<CachePadded<Tally>> {
+    Arc::new(CachePadded::new(Tally::default()))
+}
+
+/// How many of the messages `0..n` go to topic `t` of `topics` (message `i` goes to `i %
+/// topics`), and the wrapping sum of their values.
+fn expected(n: u64, topics: u64, t: u64) -> (u64, u64) {
+    if t >= n {
+        return (0, 0);
+    }
+    let count = (n - t).div_ceil(topics);
+    let (c, t, m) = (u128::from(count), u128::from(t), u128::from(topics));
+    let sum = t * c + m * c * (c - 1) / 2;
+    (count, sum as u64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The systems
+// ---------------------------------------------------------------------------------------------
+
+/// A topic-based bus as the benchmarks drive it. Topics are given by index into the names
+/// the bus was built with; every implementation looks them up by name, as its users would
+/// (except `ringbus/topic` in `bus.rs`, whose point is the resolved handle).
+pub(crate) trait System: Send + Sync + Sized + 'static {
+    /// True if a subscriber may lose messages (and is told how many).
+    const LOSSY: bool;
+    /// A running subscriber.
+    type Sub: Send + 'static;
+
+    /// A bus whose topics `names` exist and hold `capacity` messages (or the system's
+    /// smallest capacity, if that is more).
+    fn build(capacity: usize, names: &[String]) -> Self;
+    /// Subscribes `counter` to topic `topic`.
+    fn subscribe(&self, topic: usize, counter: Counter) -> Self::Sub;
+    /// Unsubscribes and waits for the subscriber's task to end.
+    fn unsubscribe(&self, sub: Self::Sub) -> impl Future<Output = ()> + Send;
+    /// Publishes `msg` to topic `topic`.
+    fn publish(&self, topic: usize, msg: u64) -> impl Future<Output = ()> + Send;
+    /// Stops the bus; returns once every subscriber handled what it was sent and its task
+    /// ended.
+    fn close(&self, subs: Vec<Self::Sub>) -> impl Future<Output = ()> + Send;
+}
+
+/// Joins subscriber tasks, failing the benchmark if one panicked.
+async fn join_all(tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        task.await.expect("a subscriber task panicked");
+    }
+}
+
+/// A topic map as its users write one: topic name to `T` behind a `std` `RwLock`, every
+/// operation looking the topic up by name.
+struct TopicMap<T> {
+    /// The capacity of a topic's channels.
+    capacity: usize,
+    names: Vec<String>,
+    topics: RwLock<HashMap<String, T>>,
+}
+
+impl<T> TopicMap<T> {
+    /// A map holding `make(capacity)` for each of `names`.
+    fn new(capacity: usize, names: &[String], make: impl Fn(usize) -> T) -> Self {
+        let topics = names.iter().map(|n| (n.clone(), make(capacity))).collect();
+        Self {
+            capacity,
+            names: names.to_vec(),
+            topics: RwLock::new(topics),
+        }
+    }
+
+    /// `get` of topic `topic` under the read lock; `None` if the map does not hold it.
+    fn with<R>(&self, topic: usize, get: impl FnOnce(&T) -> R) -> Option<R> {
+        self.topics.read().unwrap().get(&self.names[topic]).map(get)
+    }
+
+    /// `get` of topic `topic`, found under the read lock, or else made (`make(capacity)`)
+    /// under the write lock: a subscribe to a topic the bus was not built with.
+    fn lookup<R>(&self, topic: usize, make: impl FnOnce(usize) -> T, get: impl Fn(&T) -> R) -> R {
+        if let Some(r) = self.with(topic, &get) {
+            return r;
+        }
+        let mut topics = self.topics.write().unwrap();
+        let name = self.names[topic].clone();
+        get(topics.entry(name).or_insert_with(|| make(self.capacity)))
+    }
+
+    /// Drops every topic (and so the map's senders).
+    fn clear(&self) {
+        self.topics.write().unwrap().clear();
+    }
+}
+
+/// `ringbus`: `bus.publish(name, msg).await` by name; subscribers are `bus.subscribe`
+/// closures.
+pub(crate) struct Ringbus {
+    bus: Bus,
+    names: Vec<String>,
+}
+
+impl System for Ringbus {
+    const LOSSY: bool = false;
+    type Sub = Subscription;
+
+    fn build(capacity: usize, names: &[String]) -> Self {
+        let bus = Bus::builder().capacity(capacity).build();
+        for name in names {
+            bus.topic::<u64>(name).expect("make topic");
+        }
+        Self {
+            bus,
+            names: names.to_vec(),
+        }
+    }
+
+    fn subscribe(&self, topic: usize, counter: Counter) -> Subscription {
+        self.bus
+            .subscribe(&self.names[topic], counter.handler())
+            .expect("subscribe")
+    }
+
+    async fn unsubscribe(&self, sub: Subscription) {
+        sub.unsubscribe().await;
+    }
+
+    async fn publish(&self, topic: usize, msg: u64) {
+        self.bus
+            .publish(&self.names[topic], msg)
+            .await
+            .expect("publish");
+    }
+
+    async fn close(&self, subs: Vec<Subscription>) {
+        drop(subs); // a dropped Subscription runs on until the bus closes
+        self.bus.close().await;
+    }
+}
+
+/// `tokio-broadcast`: `RwLock<HashMap<String, broadcast::Sender>>`; lossy (`Lagged`).
+pub(crate) struct TokioBroadcast(TopicMap<tokio::sync::broadcast::Sender<u64>>);
+
+impl System for TokioBroadcast {
+    const LOSSY: bool = true;
+    type Sub = JoinHandle<()>;
+
+    fn build(capacity: usize, names: &[String]) -> Self {
+        let channel = |capacity| tokio::sync::broadcast::channel(capacity).0;
+        Self(TopicMap::new(capacity.max(1), names, channel))
+    }
+
+    fn subscribe(&self, topic: usize, counter: Counter) -> JoinHandle<()> {
+        use tokio::sync::broadcast::error::RecvError;
+        let channel = |capacity| tokio::sync::broadcast::channel(capacity).0;
+        let mut rx = self.0.lookup(topic, channel, |tx| tx.subscribe());
+        tokio::spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(m) => counter.add(m),
+                    Err(RecvError::Lagged(n)) => counter.lose(n),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
+    async fn unsubscribe(&self, sub: JoinHandle<()>) {
+        sub.abort(); // no draining leave: what its users do
+        let _ = sub.await;
+    }
+
+    async fn publish(&self, topic: usize, msg: u64) {
+        self.0.with(topic, |tx| {
+            let _ = tx.send(msg); // Err only when there is no subscriber
+        });
+    }
+
+    async fn close(&self, subs: Vec<JoinHandle<()>>) {
+        self.0.clear(); // the receivers drain, then see Closed
+        join_all(subs).await;
+    }
+}
+
+/// One `async_broadcast` channel of a topic, kept open by an inactive receiver.
+struct AsyncBroadcastTopic {
+    tx: async_broadcast::Sender<u64>,
+    _open: async_broadcast::InactiveReceiver<u64>,
+}
+
+impl AsyncBroadcastTopic {
+    fn new(capacity: usize) -> Arc<Self> {
+        let (mut tx, rx) = async_broadcast::broadcast(capacity);
+        tx.set_overflow(false); // the default, stated: publishers wait for room
+        tx.set_await_active(false);
+        Arc::new(Self {
+            tx,
+            _open: rx.deactivate(),
+        })
+    }
+}
+
+/// `async-broadcast`: the same map over `async_broadcast` with backpressure; `Arc`ed entries
+/// so a publish does not hold the lock across its `.await`.
+pub(crate) struct AsyncBroadcast(TopicMap<Arc<AsyncBroadcastTopic>>);
+
+impl System for AsyncBroadcast {
+    const LOSSY: bool = false;
+    type Sub = JoinHandle<()>;
+
+    fn build(capacity: usize, names: &[String]) -> Self {
+        Self(TopicMap::new(
+            capacity.max(1),
+            names,
+            AsyncBroadcastTopic::new,
+        ))
+    }
+
+    fn subscribe(&self, topic: usize, counter: Counter) -> JoinHandle<()> {
+        let topic = self.0.lookup(topic, AsyncBroadcastTopic::new, Arc::clone);
+        let mut rx = topic.tx.new_receiver();
+        drop(topic);
+        tokio::spawn(async move {
+            loop {
+                match rx.recv_direct().await {
+                    Ok(m) => counter.add(m),
+                    Err(async_broadcast::RecvError::Overflowed(n)) => counter.lose(n),
+                    Err(async_broadcast::RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
+    async fn unsubscribe(&self, sub: JoinHandle<()>) {
+        sub.abort();
+        let _ = sub.await;
+    }
+
+    async fn publish(&self, topic: usize, msg: u64) {
+        if let Some(topic) = self.0.with(topic, Arc::clone) {
+            let _ = topic.tx.broadcast_direct(msg).await;
+        }
+    }
+
+    async fn close(&self, subs: Vec<JoinHandle<()>>) {
+        self.0.clear(); // last sender gone: receivers drain, then Closed
+        join_all(subs).await;
+    }
+}
+
+/// A bounded channel with an async send and receive, for the fan-out buses.
+pub(crate) trait Channel: Send + Sync + 'static {
+    type Tx: Clone + Send + Sync + 'static;
+    type Rx: Send + 'static;
+    /// The smallest capacity the channel supports.
+    const MIN_CAPACITY: usize;
+    fn channel(capacity: usize) -> (Self::Tx, Self::Rx);
+    /// Sends, waiting for room; false if the receiver is gone.
+    fn send(tx: &Self::Tx, msg: u64) -> impl Future<Output = bool> + Send;
+    /// Counts every message until the channel is closed and drained.
+    fn consume(rx: Self::Rx, counter: Counter) -> impl Future<Output = ()> + Send;
+}
+
+/// `tokio::sync::mpsc` (capacity at least 1).
+pub(crate) struct TokioMpsc;
+
+impl Channel for TokioMpsc {
+    type Tx = tokio::sync::mpsc::Sender<u64>;
+    type Rx = tokio::sync::mpsc::Receiver<u64>;
+    const MIN_CAPACITY: usize = 1;
+
+    fn channel(capacity: usize) -> (Self::Tx, Self::Rx) {
+        tokio::sync::mpsc::channel(capacity)
+    }
+
+    async fn send(tx: &Self::Tx, msg: u64) -> bool {
+        tx.send(msg).await.is_ok()
+    }
+
+    async fn consume(mut rx: Self::Rx, counter: Counter) {
+        while let Some(m) = rx.recv().await {
+            counter.add(m);
+        }
+    }
+}
+
+/// A topic's subscribers in a fan-out bus: (subscriber id, its channel).
+type Fanout<C> = Arc<Vec<(u64, <C as Channel>::Tx)>>;
+
+/// The Go-bus design: a topic map of copy-on-write subscriber lists, one bounded channel per
+/// subscriber; a publish sends to each in turn and waits for room in each.
+pub(crate) struct FanoutBus<C: Channel> {
+    next_id: AtomicU64,
+    map: TopicMap<Fanout<C>>,
+}
+
+impl<C: Channel> System for FanoutBus<C> {
+    const LOSSY: bool = false;
+    type Sub = (usize, u64, JoinHandle<()>);
+
+    fn build(capacity: usize, names: &[String]) -> Self {
+        let capacity = capacity.max(C::MIN_CAPACITY);
+        Self {
+            next_id: AtomicU64::new(0),
+            map: TopicMap::new(capacity, names, |_| Arc::new(Vec::new())),
+        }
+    }
+
+    fn subscribe(&self, topic: usize, counter: Counter) -> Self::Sub {
+        let (tx, rx) = C::channel(self.map.capacity);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut topics = self.map.topics.write().unwrap();
+            let subs = topics.entry(self.map.names[topic].clone()).or_default();
+            let mut next = Vec::with_capacity(subs.len() + 1);
+            next.extend(subs.iter().cloned());
+            next.push((id, tx));
+            *subs = Arc::new(next);
+        }
+        (topic, id, tokio::spawn(C::consume(rx, counter)))
+    }
+
+    async fn unsubscribe(&self, (topic, id, task): Self::Sub) {
+        {
+            let mut topics = self.map.topics.write().unwrap();
+            if let Some(subs) = topics.get_mut(&self.map.names[topic]) {
+                let next = subs.iter().filter(|(i, _)| *i != id).cloned().collect();
+                *subs = Arc::new(next);
+            }
+        }
+        // Its channel's last sender is gone: the task drains it, then ends.
+        task.await.expect("a subscriber task panicked");
+    }
+
+    async fn publish(&self, topic: usize, msg: u64) {
+        if let Some(subs) = self.map.with(topic, Arc::clone) {
+            for (_, tx) in subs.iter() {
+                let _ = C::send(tx, msg).await; // false only if the subscriber is gone
+            }
+        }
+    }
+
+    async fn close(&self, subs: Vec<Self::Sub>) {
+        self.map.clear();
+        join_all(subs.into_iter().map(|(_, _, task)| task).collect()).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a system
+// ---------------------------------------------------------------------------------------------
+
+/// The shape of a publish scenario.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    topics: usize,
+    subscribers_per_topic: usize,
+    capacity: usize,
+    publishers: u64,
+}
+
+impl Shape {
+    /// One topic with `subscribers` subscribers, `CAP` messages deep, one publisher.
+    pub(crate) fn one_topic(subscribers: usize) -> Self {
+        Self {
+            topics: 1,
+            subscribers_per_topic: subscribers,
+            capacity: CAP,
+            publishers: 1,
+        }
+    }
+
+    /// `topics` topics, each with the subscribers of this shape; message `i` goes to topic
+    /// `i % topics`.
+    pub(crate) fn topics(self, topics: usize) -> Self {
+        Self { topics, ..self }
+    }
+
+    /// Every topic `capacity` messages deep.
+    pub(crate) fn capacity(self, capacity: usize) -> Self {
+        Self { capacity, ..self }
+    }
+
+    /// `publishers` publisher tasks at once.
+    pub(crate) fn publishers(self, publishers: u64) -> Self {
+        Self { publishers, ..self }
+    }
+
+    /// How many of the messages `0..published` go to topic `topic`, and the wrapping sum of
+    /// their values.
+    pub(crate) fn expected(&self, published: u64, topic: usize) -> (u64, u64) {
+        expected(published, self.topics as u64, topic as u64)
+    }
+}
+
+fn topic_names(n: usize) -> Vec<String> {
+    (0..n).map(|t| format!("topic-{t}")).collect()
+}
+
+/// Builds the bus of `shape` and its subscribers (as tasks on `rt`).
+pub(crate) fn wire<S: System>(rt: &Runtime, shape: Shape) -> (Arc<S>, Vec<S::Sub>, Tallies) {
+    let _runtime = rt.enter(); // subscribers are tasks on `rt`
+    let sys = Arc::new(S::build(shape.capacity, &topic_names(shape.topics)));
+    let mut subs = Vec::new();
+    let mut tallies = Vec::new();
+    for t in 0..shape.topics {
+        for _ in 0..shape.subscribers_per_topic {
+            let tally = tally();
+            subs.push(sys.subscribe(t, Counter(tally.clone())));
+            tallies.push((t, tally));
+        }
+    }
+    (sys, subs, tallies)
+}
+
+/// Publishes the messages `first, first + step, ...` below `end`, message `i` to topic
+/// `i % topics`.
+async fn publish_share<S: System>(sys: &S, topics: usize, first: u64, step: u64, end: u64) {
+    let topics = topics as u64;
+    let dt = step % topics;
+    let (mut i, mut t) = (first, first % topics);
+    while i < end {
+        sys.publish(t as usize, i).await;
+        i += step;
+        t += dt;
+        if t >= topics {
+            t -= topics;
+        }
+    }
+}
+
+/// Publishes the messages `from..from + n` as the shape says, inside the timed window: with
+/// one publisher from before its first publish to after its last; with many (publisher `p`
+/// publishing `from + p, from + p + publishers, ...`), from before they are spawned until the
+/// last is joined.
+pub(crate) async fn publish_timed<W: Stopwatch, S: System>(
+    sys: Arc<S>,
+    shape: Shape,
+    from: u64,
+    n: u64,
+) -> W::Reading {
+    let end = from + n;
+    if shape.publishers == 1 {
+        let window = W::start();
+        publish_share(&*sys, shape.topics, from, 1, end).await;
+        return window.stop();
+    }
+    let window = W::start();
+    let tasks: Vec<_> = (0..shape.publishers)
+        .map(|p| {
+            let sys = sys.clone();
+            tokio::spawn(async move {
+                publish_share(&*sys, shape.topics, from + p, shape.publishers, end).await;
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a publisher panicked");
+    }
+    window.stop()
+}
+
+/// Waits (untimed) until every tally's handler was dropped, `want` in all.
+fn wait_ended(system: &str, tallies: &[&Tally], want: u64) {
+    let start = Instant::now();
+    loop {
+        let ended: u64 = tallies
+            .iter()
+            .map(|t| t.ended.load(Ordering::Acquire))
+            .sum();
+        if ended >= want {
+            assert_eq!(ended, want, "{system}: more subscribers ended than ran");
+            return;
+        }
+        assert!(
+            start.elapsed() < CLOSE_LIMIT,
+            "{system}: {ended} of {want} subscribers ended after {CLOSE_LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Closes the bus (untimed; every system drains what was queued before its subscriber tasks
+/// end) and waits until every subscriber's handler was dropped. (ringbus's close returns when
+/// every subscriber task is done with its ring; the task drops its handler a moment later.)
+pub(crate) fn close<S: System>(
+    rt: &Runtime,
+    system: &str,
+    sys: &S,
+    subs: Vec<S::Sub>,
+    tallies: &Tallies,
+) {
+    rt.block_on(async {
+        tokio::time::timeout(CLOSE_LIMIT, sys.close(subs))
+            .await
+            .unwrap_or_else(|_| panic!("{system}: close did not finish in {CLOSE_LIMIT:?}"))
+    });
+    let refs: Vec<&Tally> = tallies.iter().map(|(_, t)| &***t).collect();
+    wait_ended(system, &refs, refs.len() as u64);
+}
+
+/// Checks every subscriber's count and sum against the messages `0..published` of its topic
+/// exactly; a subscriber of a lossy system that was told it lost messages must account for
+/// each as received or lost. Returns (lost, deliveries due).
+pub(crate) fn check<S: System>(
+    system: &str,
+    tallies: &Tallies,
+    shape: Shape,
+    published: u64,
+) -> (u64, u64) {
+    let (mut lost, mut deliveries) = (0, 0);
+    for (i, (t, tally)) in tallies.iter().enumerate() {
+        let (want, want_sum) = shape.expected(published, *t);
+        let got = tally.count.load(Ordering::Acquire);
+        let l = tally.lost.load(Ordering::Acquire);
+        deliveries += want;
+        lost += l;
+        if l == 0 {
+            assert_eq!(
+                (got, tally.sum.load(Ordering::Acquire)),
+                (want, want_sum),
+                "{system}: subscriber {i} of topic {t} handled {got} of {want} (or the wrong \
+                 messages)"
+            );
+        } else {
+            assert!(S::LOSSY, "{system}: subscriber {i} lost {l} messages");
+            assert_eq!(
+                got + l,
+                want,
+                "{system}: subscriber {i} of topic {t}: received {got} + lost {l} != {want}"
+            );
+        }
+    }
+    assert!(deliveries > 0, "{system}: nothing was delivered");
+    (lost, deliveries)
+}
+
+/// `subscribe`: `n` subscribe + unsubscribe pairs on an existing topic from a task on `rt`
+/// (timed), then a check that `n` subscribers ran and ended.
+pub(crate) fn subscribe_round<W: Stopwatch, S: System>(
+    rt: &Runtime,
+    system: &str,
+    n: u64,
+) -> W::Reading {
+    let sys = Arc::new(S::build(CAP, &topic_names(1)));
+    let tally = tally();
+    let timed = rt
+        .block_on(rt.spawn({
+            let (sys, tally) = (sys.clone(), tally.clone());
+            async move {
+                let window = W::start();
+                for _ in 0..n {
+                    let sub = sys.subscribe(0, Counter(tally.clone()));
+                    sys.unsubscribe(sub).await;
+                }
+                window.stop()
+            }
+        }))
+        .expect("the subscribing task panicked");
+    rt.block_on(sys.close(Vec::new()));
+    wait_ended(system, &[&tally], n);
+    timed
+}
