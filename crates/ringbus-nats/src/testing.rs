@@ -262,7 +262,7 @@ impl NatsServer {
     }
 
     /// The client URL, `nats://127.0.0.1:<port>` (credentials are not included; see
-    /// [`NatsServer::user_password`]).
+    /// [`ServerOptions::credentials`] through [`NatsServer::options`]).
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
