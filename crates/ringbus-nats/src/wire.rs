@@ -68,8 +68,13 @@ pub(crate) struct Outgoing {
 
 fn set(headers: &mut HeaderMap, name: &str, value: &str) -> Result<(), HeaderError> {
     let n = HeaderName::from_str(name).map_err(|_| HeaderError::bad_name(name))?;
-    let v = HeaderValue::from_str(value).map_err(|_| HeaderError::bad_value(name))?;
-    headers.insert(n, v);
+    set_known(headers, n, value)
+}
+
+/// Sets one of the link's own headers: its name is a constant (no allocation, no parsing).
+fn set_known(headers: &mut HeaderMap, name: HeaderName, value: &str) -> Result<(), HeaderError> {
+    let v = HeaderValue::from_str(value).map_err(|_| HeaderError::bad_value(name.as_ref()))?;
+    headers.insert(name, v);
     Ok(())
 }
 
@@ -100,11 +105,15 @@ pub(crate) fn encode<T, C: Codec<T>>(
         set(&mut headers, name, value).map_err(ExportError::Header)?;
     }
     let id = meta.id.unwrap_or_else(next_id);
-    set(&mut headers, TOPIC_HEADER, topic).map_err(ExportError::Header)?;
-    set(&mut headers, ID_HEADER, &id).map_err(ExportError::Header)?;
+    set_known(&mut headers, HeaderName::from_static(TOPIC_HEADER), topic)
+        .map_err(ExportError::Header)?;
+    set_known(&mut headers, HeaderName::from_static(ID_HEADER), &id)
+        .map_err(ExportError::Header)?;
     if let Some(origin) = origin {
-        set(&mut headers, NATS_MSG_ID, &id).map_err(ExportError::Header)?;
-        set(&mut headers, ORIGIN_HEADER, origin).map_err(ExportError::Header)?;
+        set_known(&mut headers, HeaderName::from_static(NATS_MSG_ID), &id)
+            .map_err(ExportError::Header)?;
+        set_known(&mut headers, HeaderName::from_static(ORIGIN_HEADER), origin)
+            .map_err(ExportError::Header)?;
     }
     Ok(Outgoing {
         headers,
