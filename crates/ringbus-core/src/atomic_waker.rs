@@ -79,7 +79,11 @@ impl AtomicWaker {
                 }
             }
             WAKING => {
-                // A wake is in progress and may be the one we wait for: poll again.
+                // A wake is in progress and may be the one we wait for: poll again. (Under
+                // loom, first let the waking thread go on: re-polling at once is a spin on its
+                // progress, which a model with non-yielding spin hints would explore forever.)
+                #[cfg(ringbus_loom)]
+                loom::thread::yield_now();
                 waker.wake_by_ref();
             }
             state => {

@@ -106,6 +106,7 @@ pub struct Builder {
     capacity: usize,
     spin: u32,
     max_readers: usize,
+    fences: sync::Fences,
 }
 
 impl Builder {
@@ -121,6 +122,7 @@ impl Builder {
             capacity,
             spin: Self::DEFAULT_SPIN,
             max_readers: Self::DEFAULT_MAX_READERS,
+            fences: sync::Fences::default(),
         }
     }
 
@@ -136,6 +138,14 @@ impl Builder {
     /// [`Stage::reader`] returns [`JoinError::TooManyReaders`].
     pub fn max_readers(mut self, max: usize) -> Self {
         self.max_readers = max;
+        self
+    }
+
+    /// Loom only: run the cheap side of the fences as production runs it with `membarrier`
+    /// (see `sync::Fences`). Models using it register every waiter before they fork.
+    #[cfg(all(test, ringbus_loom))]
+    pub(crate) fn asymmetric_fences(mut self) -> Self {
+        self.fences.asymmetric = true;
         self
     }
 
@@ -195,6 +205,7 @@ impl Builder {
             self.capacity(),
             self.spin,
             self.max_readers,
+            self.fences,
             factory,
         ));
         let stage = Stage::new(shared.clone(), shared.root());

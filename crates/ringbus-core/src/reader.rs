@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, TryRecvError};
 use crate::registry::{Claimed, Group, Slot, FREE};
-use crate::shared::{Shared, CALM_BEFORE_LEAVING};
-use crate::sync::{spin_hint, Arc, AtomicU32, Ordering};
+use crate::shared::Shared;
+use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// One reader of a ring: sees every item published after it joined, in order.
 ///
@@ -112,6 +112,12 @@ impl<T> Reader<T> {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// Whether this reader holds a registration as a waiter (for the loom models).
+    #[cfg(all(test, ringbus_loom))]
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.is_some()
+    }
+
     /// Looks at the barrier; true if there is something to read.
     #[inline]
     fn refresh(&mut self) -> (bool, usize) {
@@ -156,7 +162,7 @@ impl<T> Reader<T> {
                 return Poll::Ready(Err(Closed));
             }
             source = s;
-            spin_hint();
+            self.shared.fences.spin_hint();
         }
         self.calm = 0;
         self.slot().waker.register(cx.waker());
@@ -201,7 +207,7 @@ impl<T> Reader<T> {
     fn calm_down(&mut self) {
         if self.registered.is_some() {
             self.calm += 1;
-            if self.calm >= CALM_BEFORE_LEAVING {
+            if self.calm >= self.shared.calm_before_leaving() {
                 if let Some(source) = self.registered.take() {
                     self.shared.deregister(source);
                 }

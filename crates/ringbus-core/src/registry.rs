@@ -12,8 +12,9 @@
 //! # Who writes what
 //!
 //! - `Slot::cursor`: the owning reader (stores with Release after it finished with the slots it
-//!   passes); a joiner's CAS; read by the writer (gating), by downstream readers (their barrier)
-//!   and by nobody else.
+//!   passes); a joiner's CAS (a provisional claim, with [`PROVISIONAL`] set, until the joiner
+//!   stores its start); read by the writer (gating), by downstream readers (their barrier) and
+//!   downstream joiners (their start), and by nobody else.
 //! - `Slot::parked_on`: the owning reader sets it when it parks; whoever wakes it clears it with
 //!   a CAS (so each park is woken at most once), the reader clears it when it stops waiting.
 //! - `Chunk::parked`: one bit per slot of the chunk, set by the owning reader when it parks and
@@ -28,10 +29,13 @@
 //!
 //! # The join protocol
 //!
-//! See `Stage::reader`: claim a slot with a conservative position, bump `epoch`, heavy fence,
-//! read the barrier again and store the final start position. Any scan of this group either
-//! sees the claimed slot (and is bounded by the conservative position) or is ordered before the
-//! fence, in which case the final position is at least anything that scan allowed.
+//! See `Stage::reader`: claim a slot with a conservative position marked [`PROVISIONAL`], bump
+//! `epoch`, heavy fence, read the *settled* barrier again and store the final start position.
+//! Any scan of this group either sees the claimed slot (and is bounded by the conservative
+//! position) or is ordered before the fence, in which case the final position is at least
+//! anything that scan allowed. A joiner's start never comes from another joiner's provisional
+//! claim (see `Group::min_settled_cursor`): that claim may be below what the writer already
+//! overwrote.
 
 use crossbeam_utils::CachePadded;
 use std::ptr;
@@ -42,14 +46,23 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 /// The value of a free slot's cursor. Never a real position (that would take centuries).
 pub(crate) const FREE: u64 = u64::MAX;
 
+/// Set in a slot's cursor while its reader is joining: the position below it is a provisional
+/// claim (a barrier read before the joiner's fence), not yet the reader's start. Positions never
+/// reach this bit (2^63 items would take millennia), and `FREE` has it set too.
+pub(crate) const PROVISIONAL: u64 = 1 << 63;
+
+/// The position bits of a cursor (`FREE` masked to this means "no position").
+const POSITION: u64 = !PROVISIONAL;
+
 /// `Slot::parked_on` of a reader that is not parked.
 pub(crate) const NOT_PARKED: usize = 0;
 
 /// Source id of the writer: readers of a stage with no non-empty upstream park on it.
 pub(crate) const WRITER_SOURCE: usize = 1;
 
-/// Slots per chunk.
-pub(crate) const CHUNK: usize = 32;
+/// Slots per chunk (one bit each in the chunk's `parked` word). Under loom, 2: models then
+/// grow a group past its first chunk with three readers instead of thirty-three.
+pub(crate) const CHUNK: usize = if cfg!(ringbus_loom) { 2 } else { 32 };
 
 /// Who waits on a source (the writer, or a group): see `Shared`'s docs.
 #[derive(Debug, Default)]
@@ -173,20 +186,46 @@ impl Group {
         })
     }
 
-    /// The smallest cursor among the members, if there is any member.
+    /// The smallest cursor among the members, if there is any member, counting a joiner's
+    /// provisional claim as its position (a lower bound of the start it will settle on).
+    ///
+    /// This is the conservative view the writer gates on and readers read up to: nothing
+    /// below a provisional claim can be passed while the joiner settles.
     ///
     /// Acquire loads: pair with the readers' Release stores of their cursors, so whatever the
     /// caller does with the slots below the minimum happens after those readers finished.
     #[inline]
     pub(crate) fn min_cursor(&self) -> Option<u64> {
-        let mut min = FREE;
+        let mut min = POSITION;
         for slot in self.slots() {
+            // Masking maps a provisional claim to its position and `FREE` to `POSITION`.
+            let c = slot.cursor.load(Ordering::Acquire) & POSITION;
+            if c < min {
+                min = c;
+            }
+        }
+        (min != POSITION).then_some(min)
+    }
+
+    /// The smallest cursor among the members that have settled their start, ignoring joiners
+    /// still holding a provisional claim; `None` if there is none.
+    ///
+    /// Only a joiner's start may use this view (see `Stage::reader`): a provisional claim is
+    /// an old position the writer may already have lapped, because the writer's scan that set
+    /// its limit may have missed the claim. A settled start never is.
+    ///
+    /// Acquire loads: as in [`min_cursor`](Self::min_cursor).
+    #[inline]
+    pub(crate) fn min_settled_cursor(&self) -> Option<u64> {
+        let mut min = PROVISIONAL;
+        for slot in self.slots() {
+            // Provisional claims and `FREE` both have the bit set: at or above `PROVISIONAL`.
             let c = slot.cursor.load(Ordering::Acquire);
             if c < min {
                 min = c;
             }
         }
-        (min != FREE).then_some(min)
+        (min != PROVISIONAL).then_some(min)
     }
 
     /// Every slot whose `parked` bit is set (a snapshot of the bits; Relaxed loads: the caller

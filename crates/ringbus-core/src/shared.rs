@@ -27,7 +27,7 @@
 //!
 //! - **Registering** (rare): the reader adds itself to the source's `watchers` count, then runs
 //!   [`heavy_fence`]. From then on, whoever makes progress on that source sees `watchers != 0`
-//!   (their [`light_fence`] after the cursor store pairs with that heavy fence) and takes the
+//!   (their [`light_fence`](crate::sync::light_fence) after the cursor store pairs with that heavy fence) and takes the
 //!   slow path: a full fence, then a look at the parked bits.
 //! - **Parking** (often, once registered): register the waker, swap `Slot::parked_on` to the
 //!   source, set the slot's bit in its chunk's `parked` word, count itself in the source's
@@ -41,9 +41,8 @@
 //!
 //! The writer waits for room the same way: `writer_registered` is its sticky registration
 //! (readers that advance fence and look at `writer_wants` while it is set), and
-//! `writer_wants` the position the slowest reader must reach before a wake-up is worth it
-//! (a little past what the writer needs, so a full ring does not wake the writer once per
-//! released slot).
+//! `writer_wants` the position the slowest reader must reach for the writer to have the room it
+//! asked for: the first release that reaches it wakes the writer.
 //!
 //! # Invariants
 //!
@@ -61,12 +60,14 @@ use std::ptr;
 use crate::atomic_waker::AtomicWaker;
 use crate::registry::{Group, Slot, Waiters, NOT_PARKED, WRITER_SOURCE};
 use crate::sync::{
-    full_fence, heavy_fence, light_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    full_fence, heavy_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Fences, Ordering,
 };
 
 /// Refreshes in a row that found data without parking before a reader (or the writer) drops
 /// its registration as a waiter.
-pub(crate) const CALM_BEFORE_LEAVING: u32 = 64;
+/// Under loom, 2: models then reach deregistration (and the re-registration after it) in a
+/// few items.
+pub(crate) const CALM_BEFORE_LEAVING: u32 = if cfg!(ringbus_loom) { 2 } else { 64 };
 
 pub(crate) struct Shared<T> {
     /// One past the last published position. Written only by the writer (Release, after the
@@ -94,6 +95,8 @@ pub(crate) struct Shared<T> {
     pub(crate) max_readers: usize,
     /// Iterations of busy polling before a waiter parks.
     pub(crate) spin: u32,
+    /// The cheap side of the fences (a stand-in for loom's asymmetric model, see `Fences`).
+    pub(crate) fences: Fences,
     pub(crate) mask: u64,
     pub(crate) capacity: usize,
     /// The slots start empty (`Builder::build_lazy`): slot `i` holds a value once position
@@ -115,6 +118,7 @@ impl<T> Shared<T> {
         capacity: usize,
         spin: u32,
         max_readers: usize,
+        fences: Fences,
         mut fill: Option<&mut dyn FnMut() -> T>,
     ) -> Self {
         crate::sync::init_fences();
@@ -143,6 +147,7 @@ impl<T> Shared<T> {
             readers: AtomicUsize::new(0),
             max_readers,
             spin,
+            fences,
             mask: capacity as u64 - 1,
             capacity,
             lazy,
@@ -232,11 +237,11 @@ impl<T> Shared<T> {
 
     /// The smallest cursor of any reader of any stage, or `own` if smaller (or no readers).
     ///
-    /// The caller (the writer) has stored its cursor before; the [`light_fence`] here pairs
+    /// The caller (the writer) has stored its cursor before; the [`light_fence`](crate::sync::light_fence) here pairs
     /// with the joiner's [`heavy_fence`] (see `Stage::reader`): either this scan sees the
     /// joiner's claimed slot, or the joiner's start position is at least `own`.
     pub(crate) fn gate(&self, own: u64) -> u64 {
-        light_fence();
+        self.fences.light();
         let mut min = own;
         for g in self.groups() {
             if let Some(m) = g.min_cursor() {
@@ -248,26 +253,60 @@ impl<T> Shared<T> {
 
     /// What a reader of a group following `upstream` may read up to, and the source it waits on.
     ///
-    /// A scan of an upstream group is validated against its `epoch`: the [`light_fence`] after
+    /// A scan of an upstream group is validated against its `epoch`: the [`light_fence`](crate::sync::light_fence) after
     /// the scan pairs with a joiner's [`heavy_fence`] after its epoch bump. If the epoch did not
     /// move, the scan is ordered before the joiner's fence, so the joiner's start position is at
     /// least every position this scan allowed and we can never run ahead of it.
     pub(crate) fn barrier(&self, upstream: Option<&Group>) -> (u64, usize) {
+        self.scan_barrier::<false>(upstream)
+    }
+
+    /// The position a joiner of a group following `upstream` may *start* at, read after its
+    /// fence: as [`barrier`](Self::barrier), but upstream members still joining are skipped
+    /// (see `Group::min_settled_cursor`), so a start never comes from another joiner's stale
+    /// claim.
+    pub(crate) fn settled_barrier(&self, upstream: Option<&Group>) -> u64 {
+        self.scan_barrier::<true>(upstream).0
+    }
+
+    /// [`barrier`](Self::barrier) (`SETTLED = false`) or
+    /// [`settled_barrier`](Self::settled_barrier) (`SETTLED = true`).
+    #[inline]
+    fn scan_barrier<const SETTLED: bool>(&self, upstream: Option<&Group>) -> (u64, usize) {
         let Some(g) = upstream else {
             // Acquire: pairs with the writer's Release store after its slot writes.
             return (self.cursor.load(Ordering::Acquire), WRITER_SOURCE);
         };
         loop {
             let epoch = g.epoch.load(Ordering::Acquire);
-            let found = match g.min_cursor() {
-                Some(min) => (min, g.source),
-                None => self.barrier(g.upstream()),
+            let min = if SETTLED {
+                g.min_settled_cursor()
+            } else {
+                g.min_cursor()
             };
-            light_fence();
+            let found = match min {
+                Some(min) => (min, g.source),
+                None => self.scan_barrier::<SETTLED>(g.upstream()),
+            };
+            self.fences.light();
             if g.epoch.load(Ordering::Relaxed) == epoch {
                 return found;
             }
         }
+    }
+
+    /// Refreshes (or room waits) in a row without parking before a waiter deregisters.
+    ///
+    /// In loom's asymmetric model registrations are sticky instead: a re-registration would
+    /// pay its heavy fence while the threads run, which that model cannot stand for (see
+    /// `Fences`). Deregistering and registering again are modelled with symmetric fences.
+    #[inline(always)]
+    pub(crate) fn calm_before_leaving(&self) -> u32 {
+        #[cfg(ringbus_loom)]
+        if self.fences.asymmetric {
+            return u32::MAX;
+        }
+        CALM_BEFORE_LEAVING
     }
 
     /// Who waits on a source.
@@ -362,7 +401,7 @@ impl<T> Shared<T> {
     /// if it waits for that, and the readers parked on `group`.
     #[inline]
     pub(crate) fn notify_progress(&self, group: &Group, cursor: u64) {
-        light_fence();
+        self.fences.light();
         if self.writer_registered.load(Ordering::Relaxed) {
             self.wake_writer(cursor);
         }

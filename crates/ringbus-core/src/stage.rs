@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::error::JoinError;
 use crate::reader::Reader;
-use crate::registry::Group;
+use crate::registry::{Group, PROVISIONAL};
 use crate::shared::Shared;
 use crate::sync::{Arc, Ordering};
 
@@ -98,9 +98,11 @@ impl<T> Stage<T> {
             });
         }
         // 1. Claim a slot with a position that is safe but possibly stale (too low): while we
-        //    hold it, neither the writer nor a downstream stage can pass it.
+        //    hold it, neither the writer nor a downstream stage can pass it. It is marked
+        //    provisional: the writer may already have lapped it (its last gate scan may have
+        //    missed the claim), so no downstream joiner may start from it (step 4).
         let (claimed, _) = shared.barrier(group.upstream());
-        let claim = group.claim(claimed);
+        let claim = group.claim(claimed | PROVISIONAL);
         group.members.fetch_add(1, Ordering::Relaxed);
         // 2. Tell downstream scans that a member arrived (they validate against `epoch`).
         group.epoch.fetch_add(1, Ordering::AcqRel);
@@ -108,7 +110,13 @@ impl<T> Stage<T> {
         //    scans: a scan that missed our slot is ordered before this fence, so the barrier we
         //    read next is at least everything that scan allowed.
         crate::sync::heavy_fence();
-        let (barrier, _) = shared.barrier(group.upstream());
+        // 4. Read the barrier again, from settled members only. A writer scan that missed our
+        //    slot let the writer lap positions below its gate; every settled upstream cursor
+        //    (and the writer's cursor) we read now is at least that gate: the scan either saw
+        //    that reader's cursor, or missed it and is then ordered before that reader's fence,
+        //    after which the reader read the writer's cursor. A provisional claim has no such
+        //    bound.
+        let barrier = shared.settled_barrier(group.upstream());
         let start = barrier.max(claimed);
         // Release: pairs with the Acquire loads of cursors in the scans.
         claim.slot.cursor.store(start, Ordering::Release);

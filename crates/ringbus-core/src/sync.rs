@@ -52,7 +52,8 @@ pub(crate) fn full_fence() {
 /// process, so the hot side needs only a compiler fence, which stops the compiler from moving
 /// its load above its store. Without membarrier both sides fall back to `fence(SeqCst)`.
 ///
-/// Under loom both halves are `fence(SeqCst)`, which is exactly the guarantee the pair gives.
+/// Under loom both halves are `fence(SeqCst)` (the fallback without membarrier, and what the pair
+/// guarantees), unless the ring runs loom's asymmetric model (see [`Fences`]).
 #[inline(always)]
 pub(crate) fn light_fence() {
     #[cfg(not(ringbus_loom))]
@@ -180,6 +181,45 @@ mod membarrier {
 pub(crate) fn init_fences() {
     #[cfg(not(ringbus_loom))]
     membarrier::init();
+}
+
+/// How a ring runs the cheap side of its fences and its spin hints.
+///
+/// In production this is a zero-sized nothing: [`light_fence`] and [`spin_hint`] decide for
+/// themselves. Under loom a ring can be built in the *asymmetric* model
+/// (`Builder::asymmetric_fences`), which runs them as they run in production once
+/// `membarrier(2)` is registered: the light fence is only a compiler fence (nothing, to loom,
+/// which does not reorder a thread's own steps) and a spin hint does not yield, so a waiter may
+/// park before the other side moves. The heavy fence stays a `fence(SeqCst)`, weaker than
+/// `membarrier`: a model in this mode must make every registration (and every join) before it
+/// forks its threads, so the heavy fences are ordered by the spawn and the model checks only
+/// what follows, the Dekker handshakes between the slow paths' full fences.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Fences {
+    #[cfg(ringbus_loom)]
+    pub(crate) asymmetric: bool,
+}
+
+impl Fences {
+    /// [`light_fence`], or nothing in loom's asymmetric model.
+    #[inline(always)]
+    pub(crate) fn light(self) {
+        #[cfg(ringbus_loom)]
+        if self.asymmetric {
+            return;
+        }
+        light_fence();
+    }
+
+    /// [`spin_hint`], or nothing (no yield) in loom's asymmetric model.
+    #[inline(always)]
+    pub(crate) fn spin_hint(self) {
+        #[cfg(ringbus_loom)]
+        if self.asymmetric {
+            return;
+        }
+        spin_hint();
+    }
 }
 
 /// An `UnsafeCell` with loom's closure-based access, so model runs check the accesses.

@@ -6,9 +6,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Full, ReserveError, TooLarge, TryReserveError};
-use crate::shared::{Shared, CALM_BEFORE_LEAVING};
+use crate::shared::Shared;
 use crate::stage::Stage;
-use crate::sync::{spin_hint, Arc, Ordering};
+use crate::sync::{Arc, Ordering};
 
 /// The one writer of a ring.
 ///
@@ -102,7 +102,7 @@ impl<T> Writer<T> {
         // Release: pairs with the Acquire load of `cursor` in `Shared::barrier`; the slot
         // writes above happen before any reader reads them.
         self.shared.cursor.store(self.next, Ordering::Release);
-        crate::sync::light_fence();
+        self.shared.fences.light();
         if self
             .shared
             .writer_watchers
@@ -312,7 +312,7 @@ impl<T> Writer<T> {
                 self.calm_down();
                 return Poll::Ready(());
             }
-            spin_hint();
+            self.shared.fences.spin_hint();
         }
         self.calm = 0;
         if !self.registered {
@@ -355,7 +355,7 @@ impl<T> Writer<T> {
     fn calm_down(&mut self) {
         if self.registered {
             self.calm += 1;
-            if self.calm >= CALM_BEFORE_LEAVING {
+            if self.calm >= self.shared.calm_before_leaving() {
                 self.shared
                     .writer_registered
                     .store(false, Ordering::Relaxed);
