@@ -323,14 +323,13 @@ impl<T> Writer<T> {
             self.registered = true;
         }
         self.shared.writer_waker.register(cx.waker());
-        // Wake-ups are worth it once the slowest reader reached what we need, plus some slack
-        // (up to a sixteenth of the ring) so a full ring does not wake us per released slot.
+        // Wake us once the slowest reader released what we need: no later. Waiting for more
+        // (to batch wake-ups on a full ring) would strand the writer whenever a reader pauses
+        // inside that window, e.g. a consumer that waits for the producer's next step. `n` is
+        // at most the capacity (see `ready`), so `needed <= next`, and 0 means "not parked".
         let capacity = self.shared.capacity as u64;
         let needed = (self.next + n as u64).saturating_sub(capacity).max(1);
-        let slack = ((capacity - n as u64) / 16).min(64);
-        self.shared
-            .writer_wants
-            .store((needed + slack).min(self.next).max(1), Ordering::SeqCst);
+        self.shared.writer_wants.store(needed, Ordering::SeqCst);
         *parked = true;
         // Pairs with the full fence in `Shared::wake_writer`: either the reader sees
         // `writer_wants`, or our rescan below sees its cursor.

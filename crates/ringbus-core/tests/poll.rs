@@ -185,6 +185,39 @@ fn full_writer_is_woken_when_the_slowest_reader_advances() {
     assert_eq!(*slow.try_recv().unwrap(), 2);
 }
 
+/// In a big ring, the release of the one slot a parked writer needs wakes it: the wake-up is
+/// not held back to batch several releases, which would strand a writer whose reader then
+/// pauses (say, until the writer's next message arrives by another way).
+#[test]
+fn full_big_ring_writer_is_woken_by_the_first_release_it_needs() {
+    let (mut writer, stage) = ring(1024);
+    let mut reader = stage.reader().unwrap();
+    for i in 0..1024 {
+        writer.try_publish(i).unwrap();
+    }
+    let mut publish = spawn(writer.publish(1024));
+    assert_pending!(publish.poll());
+    drop(reader.try_recv().unwrap());
+    assert!(
+        publish.is_woken(),
+        "releasing the slot the writer needs left it parked"
+    );
+    assert_ready!(publish.poll());
+    drop(publish);
+
+    // The same for a batch: `ready(n)` wakes once exactly `n` slots are free.
+    let mut ready = spawn(writer.ready(3));
+    assert_pending!(ready.poll());
+    drop(reader.try_recv_batch(2).unwrap());
+    assert!(
+        !ready.is_woken(),
+        "woken with 2 of the 3 slots it waits for"
+    );
+    drop(reader.try_recv().unwrap());
+    assert!(ready.is_woken(), "not woken once its 3 slots were free");
+    assert_ready!(ready.poll());
+}
+
 #[test]
 fn full_writer_waits_for_the_slowest_reader_of_a_later_stage() {
     let (mut writer, first) = ring(2);
