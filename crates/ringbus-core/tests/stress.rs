@@ -4,12 +4,14 @@
 //!
 //! Every item is its own position, so each reader checks that it receives a consecutive run
 //! starting at its join position, and one that ends at the last item when it reads to the close.
-//! Nothing here waits on time: each test ends when its items are through (a lost wake-up shows as
-//! a hang). CI also runs this file in release mode, with more items.
+//! Nothing here waits on time: each test ends when its items are through. Every test runs under
+//! a [`watchdog`], so a lost wake-up is a failure that says where the ring stood, not a hang.
+//! CI also runs this file in release mode, with more items.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use ringbus_core::{block_on, Builder, Closed, JoinError, Reader, Stage, Writer};
@@ -20,6 +22,48 @@ const ITEMS: u64 = if cfg!(debug_assertions) {
 } else {
     3_000_000
 };
+
+/// Runs `body` on a thread of its own and fails the test if its rings stop moving (no item
+/// published, no reader joined or left, in any of `stages`) for `stall`: a lost wake-up (the
+/// one failure that otherwise hangs) then fails with a message instead of timing CI out.
+///
+/// The watchdog looks every few milliseconds; that is polling, not synchronisation: the test's
+/// outcome never depends on it, only how soon a stalled run is reported.
+fn watchdog<R: Send + 'static>(
+    name: &str,
+    stall: Duration,
+    stages: Vec<Stage<u64>>,
+    body: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    let progress = |stages: &[Stage<u64>]| -> Vec<(u64, usize)> {
+        stages
+            .iter()
+            .map(|s| (s.published(), s.readers()))
+            .collect()
+    };
+    let run = thread::spawn(body);
+    let mut last = progress(&stages);
+    let mut since = Instant::now();
+    while !run.is_finished() {
+        thread::sleep(Duration::from_millis(5));
+        let now = progress(&stages);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() > stall {
+            panic!(
+                "{name}: no progress for {stall:?} (published, readers per stage: {now:?}): \
+                 a lost wake-up?"
+            );
+        }
+    }
+    run.join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// How long a stress test may go without progress before its watchdog fails it: far longer
+/// than any step takes, even on a loaded machine, and far shorter than CI's patience.
+const STALL: Duration = Duration::from_secs(20);
 
 /// A small deterministic generator, so a failing run can be replayed.
 struct Lcg(u64);
@@ -222,13 +266,20 @@ fn read_blocking(mut reader: Reader<u64>, quota: u64, seed: u64) -> Run {
 
 #[test]
 fn tokio_readers_join_and_leave_while_the_writer_publishes() {
+    let (writer, first) = Builder::new(128).build::<u64>();
+    let second = first.then();
+    let stages = vec![first.clone(), second.clone()];
+    watchdog("tokio join/leave", STALL, stages, move || {
+        tokio_join_and_leave(writer, first, second)
+    });
+}
+
+fn tokio_join_and_leave(writer: Writer<u64>, first: Stage<u64>, second: Stage<u64>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(3)
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (writer, first) = Builder::new(128).build::<u64>();
-        let second = first.then();
         // Readers from the start to the close, one per stage.
         let whole: Vec<_> = [&first, &second]
             .into_iter()
@@ -273,6 +324,13 @@ fn tokio_readers_join_and_leave_while_the_writer_publishes() {
 fn threads_readers_join_and_leave_while_the_writer_publishes() {
     let (writer, first) = Builder::new(64).build::<u64>();
     let second = first.then();
+    let stages = vec![first.clone(), second.clone()];
+    watchdog("threads join/leave", STALL, stages, move || {
+        threads_join_and_leave(writer, first, second)
+    });
+}
+
+fn threads_join_and_leave(writer: Writer<u64>, first: Stage<u64>, second: Stage<u64>) {
     let whole: Vec<_> = [&first, &second]
         .into_iter()
         .enumerate()
@@ -356,6 +414,13 @@ fn three_stage_pipeline() {
     let (writer, first) = Builder::new(64).build::<u64>();
     let second = first.then();
     let third = second.then();
+    let stages = vec![first.clone(), second.clone(), third.clone()];
+    watchdog("three-stage pipeline", STALL, stages, move || {
+        pipeline(writer, first, second, third)
+    });
+}
+
+fn pipeline(writer: Writer<u64>, first: Stage<u64>, second: Stage<u64>, third: Stage<u64>) {
     let stages: [(&Stage<u64>, usize); 3] = [(&first, 2), (&second, 2), (&third, 1)];
 
     let mut upstream: Vec<Arc<AtomicU64>> = Vec::new();
@@ -406,6 +471,13 @@ fn an_upstream_stage_that_empties_does_not_strand_the_next_stage() {
     // `spin(0)` makes every wait park.
     let (writer, first) = Builder::new(8).spin(0).build::<u64>();
     let second = first.then();
+    let stages = vec![first.clone(), second.clone()];
+    watchdog("upstream empties", STALL, stages, move || {
+        upstream_empties(writer, first, second)
+    });
+}
+
+fn upstream_empties(writer: Writer<u64>, first: Stage<u64>, second: Stage<u64>) {
     let tail = second.reader().unwrap();
     let tail = thread::spawn(move || read_blocking(tail, u64::MAX, 5));
     let churner = {
@@ -440,7 +512,14 @@ fn the_last_upstream_reader_leaving_while_the_next_stage_parks() {
     } else {
         20_000
     };
-    let (mut writer, first) = Builder::new(4).spin(0).build::<u64>();
+    let (writer, first) = Builder::new(4).spin(0).build::<u64>();
+    let stages = vec![first.clone()];
+    watchdog("last upstream reader leaving", STALL, stages, move || {
+        last_upstream_leaving(writer, first, rounds)
+    });
+}
+
+fn last_upstream_leaving(mut writer: Writer<u64>, first: Stage<u64>, rounds: u64) {
     let mut tail = first.then().reader().unwrap();
     let meet = Arc::new(AtomicU64::new(0));
     let (go, rounds_rx) = std::sync::mpsc::channel::<u64>();
@@ -567,10 +646,19 @@ fn spread_and_leave(writer: &mut Writer<u64>, readers: Vec<Reader<u64>>, seed: u
 fn more_than_a_thousand_readers_on_one_ring() {
     const MAX: usize = 1_100;
     const CAPACITY: u64 = 16;
-    let (mut writer, first) = Builder::new(CAPACITY as usize)
+    let (writer, first) = Builder::new(CAPACITY as usize)
         .max_readers(MAX)
         .build::<u64>();
     let second = first.then();
+    let stages = vec![first.clone(), second.clone()];
+    watchdog("a thousand readers", STALL, stages, move || {
+        thousand_readers(writer, first, second)
+    });
+}
+
+fn thousand_readers(mut writer: Writer<u64>, first: Stage<u64>, second: Stage<u64>) {
+    const MAX: usize = 1_100;
+    const CAPACITY: u64 = 16;
 
     // Round 1: four threads join two stages at once, past the maximum. Exactly `MAX` get in,
     // and each group grows from its first chunk many times over, concurrently.
@@ -631,14 +719,20 @@ fn more_than_a_thousand_readers_on_one_ring() {
 fn many_readers_keep_up_with_a_writer() {
     // A thousand and some readers, each a tokio task reading every item, so the writer's scans
     // and wake-ups cross every chunk of the reader registry.
-    const READERS: usize = 1_030;
     let items: u64 = ITEMS / 100;
+    let (writer, stage) = Builder::new(256).build::<u64>();
+    watchdog("many readers", STALL, vec![stage.clone()], move || {
+        many_readers(writer, stage, items)
+    });
+}
+
+fn many_readers(writer: Writer<u64>, stage: Stage<u64>, items: u64) {
+    const READERS: usize = 1_030;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(3)
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (writer, stage) = Builder::new(256).build::<u64>();
         let readers: Vec<_> = (0..READERS)
             .map(|k| tokio::spawn(read_async(stage.reader().unwrap(), u64::MAX, k as u64)))
             .collect();
@@ -647,5 +741,114 @@ fn many_readers_keep_up_with_a_writer() {
             let run = reader.await.unwrap();
             assert_eq!((run.start, run.end, run.closed), (0, items, true));
         }
+    });
+}
+
+/// Rounds of the ping-pong tests: each one a race between a park and a wake-up.
+const ROUNDS: u64 = if cfg!(debug_assertions) {
+    20_000
+} else {
+    400_000
+};
+
+/// How long one ping-pong round may take: a round is microseconds, so this is only ever
+/// reached when a wake-up was lost (the ring would never move again).
+const STEP: Duration = Duration::from_secs(2);
+
+/// Two threads meeting, so the moves that follow race each other within a few nanoseconds;
+/// `meet(n)` is their `n`th meeting (from 0), and returns once both arrived. Each side spins briefly, then yields (the machine may have fewer
+/// cores than running threads).
+#[derive(Clone, Default)]
+struct Rendezvous(Arc<AtomicU64>);
+
+impl Rendezvous {
+    fn meet(&self, n: u64) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.0.load(Ordering::SeqCst) < 2 * (n + 1) {
+            spins += 1;
+            if spins < 1_000 {
+                std::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Spins for a random few iterations: which side of a race goes first varies round by round.
+fn dawdle(rng: &mut Lcg) {
+    for _ in 0..rng.below(24) {
+        std::hint::spin_loop();
+    }
+}
+
+/// Reader ping-pong, `spin(0)`: every round the reader finds the ring empty and parks while
+/// the writer publishes, both starting together: the park (`Shared::park`) and the publish
+/// (`Writer::commit`, `Shared::wake_source`) race, in either order. A lost wake-up leaves the
+/// reader parked for good; the watchdog reports it.
+#[test]
+fn reader_ping_pong_never_loses_a_wake_up() {
+    let (mut writer, stage) = Builder::new(4).spin(0).build::<u64>();
+    let mut reader = stage.reader().unwrap();
+    watchdog("reader ping-pong", STEP, vec![stage], move || {
+        let meet = Rendezvous::default();
+        let other = {
+            let meet = meet.clone();
+            thread::spawn(move || {
+                let mut rng = Lcg(31);
+                for round in 0..ROUNDS {
+                    meet.meet(round);
+                    dawdle(&mut rng);
+                    assert_eq!(*reader.blocking_recv().unwrap(), round);
+                }
+            })
+        };
+        let mut rng = Lcg(32);
+        for round in 0..ROUNDS {
+            meet.meet(round);
+            dawdle(&mut rng);
+            writer.try_publish(round).unwrap();
+        }
+        other.join().unwrap();
+        drop(writer);
+    });
+}
+
+/// Writer ping-pong, capacity 1, `spin(0)`: every round the writer finds the ring full and
+/// parks while the reader releases the one slot, both starting together: the writer's park
+/// (`Writer::poll_room`) and the release (`Shared::notify_progress`, `Shared::wake_writer`)
+/// race, in either order.
+#[test]
+fn writer_ping_pong_never_loses_a_wake_up() {
+    let (mut writer, stage) = Builder::new(1).spin(0).build::<u64>();
+    let mut reader = stage.reader().unwrap();
+    watchdog("writer ping-pong", STEP, vec![stage], move || {
+        let meet = Rendezvous::default();
+        writer.try_publish(0).unwrap();
+        let other = {
+            let meet = meet.clone();
+            thread::spawn(move || {
+                let mut rng = Lcg(41);
+                for round in 0..ROUNDS {
+                    let item = reader
+                        .try_recv()
+                        .expect("the writer published this round's item");
+                    assert_eq!(*item, round);
+                    meet.meet(2 * round);
+                    dawdle(&mut rng);
+                    drop(item);
+                    meet.meet(2 * round + 1); // the writer's publish is through
+                }
+            })
+        };
+        let mut rng = Lcg(42);
+        for round in 0..ROUNDS {
+            meet.meet(2 * round);
+            dawdle(&mut rng);
+            writer.blocking_publish(round + 1);
+            meet.meet(2 * round + 1);
+        }
+        other.join().unwrap();
     });
 }
