@@ -71,11 +71,18 @@ pub(crate) fn light_fence() {
 /// The expensive half of the asymmetric fence, run only by a side that is about to park.
 ///
 /// See [`light_fence`].
+///
+/// Once the process registered for `membarrier`, the light half is only a compiler fence, so a
+/// failed barrier cannot fall back to a local fence (that would order nothing on the other
+/// threads): it is retried, and if it keeps failing the process aborts with a message rather
+/// than go on unsound.
 #[inline]
 pub(crate) fn heavy_fence() {
     #[cfg(not(ringbus_loom))]
     {
-        if !membarrier::barrier() {
+        if membarrier::is_available() {
+            membarrier::barrier();
+        } else {
             std::sync::atomic::fence(Ordering::SeqCst);
         }
     }
@@ -158,10 +165,41 @@ mod membarrier {
         false
     }
 
-    /// Issues the process-wide barrier; false when none is available (the caller then fences).
-    pub(super) fn barrier() -> bool {
-        if !is_available() {
-            return false;
+    /// Attempts of a failing barrier before the process aborts.
+    const ATTEMPTS: u32 = 100;
+
+    /// Issues the process-wide barrier. Only called once [`is_available`] said so.
+    ///
+    /// The registered expedited command has no documented transient failure, but a kernel
+    /// may still refuse it (seccomp, a future change). Every light fence of the process is a
+    /// compiler fence by now, so there is no sound way on without the barrier: retry a while,
+    /// yielding, then abort with the error.
+    pub(super) fn barrier() {
+        let mut error = None;
+        for attempt in 0..ATTEMPTS {
+            match issue() {
+                Ok(()) => return,
+                Err(e) => error = Some(e),
+            }
+            if attempt > 0 {
+                std::thread::yield_now();
+            }
+        }
+        let error = error.map_or_else(|| "unknown error".to_string(), |e| e.to_string());
+        eprintln!(
+            "ringbus-core: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed {ATTEMPTS} times \
+             after the process registered for it ({error}); the ring's fences are unsound \
+             without it, so the process aborts (set RINGBUS_NO_MEMBARRIER=1 to run with full \
+             fences instead)"
+        );
+        std::process::abort();
+    }
+
+    /// One barrier.
+    fn issue() -> std::io::Result<()> {
+        #[cfg(test)]
+        if tests::FAIL.load(Ordering::Relaxed) {
+            return Err(std::io::Error::from_raw_os_error(1)); // EPERM, as seccomp would
         }
         #[cfg(target_os = "linux")]
         {
@@ -169,10 +207,61 @@ mod membarrier {
             // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
             let r =
                 unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
-            r == 0
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
         }
         #[cfg(not(target_os = "linux"))]
-        false
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+
+    #[cfg(test)]
+    pub(super) mod tests {
+        use super::*;
+        use std::sync::atomic::AtomicBool;
+
+        /// Makes every barrier fail (only in the child process of the test below).
+        pub(in super::super) static FAIL: AtomicBool = AtomicBool::new(false);
+
+        const CHILD: &str = "RINGBUS_TEST_MEMBARRIER_CHILD";
+
+        /// A barrier that keeps failing after registration aborts the process with a message;
+        /// it never falls back to a local fence, which would order nothing on the threads
+        /// whose light fence is only a compiler fence. Run in a child process (this test's
+        /// own binary), since the expected outcome is an abort.
+        #[test]
+        fn a_failing_barrier_aborts_instead_of_going_on_unsound() {
+            if std::env::var_os(CHILD).is_some() {
+                // The child: pretend registration succeeded, then make the barrier fail.
+                STATE.store(AVAILABLE, Ordering::Relaxed);
+                FAIL.store(true, Ordering::Relaxed);
+                super::super::heavy_fence();
+                println!("went on after a failed membarrier");
+                return;
+            }
+            let output = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "sync::membarrier::tests::a_failing_barrier_aborts_instead_of_going_on_unsound",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                !output.status.success() && !stdout.contains("went on"),
+                "the child went on after the barrier failed: {stdout}"
+            );
+            assert!(
+                stderr.contains("membarrier") && stderr.contains("aborts"),
+                "no message on the way out: {stderr}"
+            );
+        }
     }
 }
 
