@@ -45,8 +45,9 @@
 //! - A reader never sees a slot the writer is writing, and is never lapped.
 //! - The writer never waits for a reader that has left.
 //! - No wake-up is lost: a parked reader is woken by the next publish (or close), a parked
-//!   writer by the next release of the slowest reader. These protocols are model-checked with
-//!   loom (`--cfg ringbus_loom`).
+//!   writer by the first release that gives it the room it waits for. These protocols are
+//!   model-checked with loom (`--cfg ringbus_loom`), with the fences as they run in production
+//!   (see `loom_tests.rs`), and raced on real threads by the ping-pong stress tests.
 //! - Every value put in the ring is dropped exactly once.
 
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -351,13 +351,16 @@ impl<T: Clone> futures_core::Stream for Reader<T> {
     type Item = T;
 
     /// Clones each item out of the ring. Ends when the ring is closed and drained.
+    ///
+    /// If `clone` panics, the item is released all the same (the guard releases it while
+    /// unwinding): the stream goes on with the next item instead of cloning the same one again
+    /// on every later poll.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let this = self.get_mut();
         match this.poll_ready(cx) {
             Poll::Ready(Ok(())) => {
-                let value = this.current().clone();
-                this.advance(1);
-                Poll::Ready(Some(value))
+                let guard = ReadGuard { reader: this };
+                Poll::Ready(Some(T::clone(&guard)))
             }
             Poll::Ready(Err(Closed)) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,

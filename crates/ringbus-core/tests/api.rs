@@ -510,3 +510,31 @@ fn batch_lends_everything_available_after_single_reads() {
     writer.try_publish_batch(&mut (8..12));
     assert_eq!(reader.blocking_recv_batch(3).unwrap().len(), 3);
 }
+
+/// A value whose `Clone` panics for one payload.
+#[derive(Debug, Default, PartialEq)]
+struct Fragile(u64);
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        assert_ne!(self.0, 13, "this one does not clone");
+        Fragile(self.0)
+    }
+}
+
+#[test]
+fn a_stream_item_whose_clone_panics_is_released_and_skipped() {
+    let (mut writer, stage) = Builder::new(4).build::<Fragile>();
+    let mut reader = stage.reader().unwrap();
+    for v in [12, 13, 14] {
+        writer.try_publish(Fragile(v)).unwrap();
+    }
+    assert_eq!(block_on(reader.next()), Some(Fragile(12)));
+    let panicked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(reader.next())));
+    assert!(panicked.is_err());
+    // The item that failed to clone was released: the stream goes on, and the writer has room.
+    assert_eq!(reader.position(), 2);
+    assert_eq!(block_on(reader.next()), Some(Fragile(14)));
+    assert_eq!(writer.remaining(), 4);
+}
