@@ -852,3 +852,59 @@ fn writer_ping_pong_never_loses_a_wake_up() {
         other.join().unwrap();
     });
 }
+
+/// Readers joining every stage of a three-stage pipeline at once, from one thread per stage,
+/// while the writer laps a small ring past a keep-up reader in each stage. A joiner must never
+/// start below what the writer already overwrote: each checks the few items it reads (an item
+/// is its own position). A second-stage joiner taking a concurrent first-stage joiner's
+/// provisional claim as its start read lapped slots here.
+#[test]
+fn concurrent_joins_at_every_stage_depth() {
+    let items = ITEMS / 100;
+    let (writer, first) = Builder::new(4).build::<u64>();
+    let second = first.then();
+    let third = second.then();
+    let stages = vec![first.clone(), second.clone(), third.clone()];
+    watchdog("concurrent joins", STALL, stages.clone(), move || {
+        let keepers: Vec<_> = stages
+            .iter()
+            .map(|stage| {
+                let reader = stage.reader().unwrap();
+                thread::spawn(move || read_blocking(reader, u64::MAX, 51))
+            })
+            .collect();
+        let joiners: Vec<_> = stages
+            .iter()
+            .enumerate()
+            .map(|(depth, stage)| {
+                let stage = stage.clone();
+                thread::spawn(move || {
+                    let mut joins = 0u64;
+                    while !stage.is_closed() {
+                        let mut reader = stage.reader().unwrap();
+                        joins += 1;
+                        for _ in 0..3 {
+                            if let Ok(item) = reader.try_recv() {
+                                assert_eq!(
+                                    *item,
+                                    item.position(),
+                                    "a reader joining stage {} read a lapped slot",
+                                    depth + 1
+                                );
+                            }
+                        }
+                    }
+                    joins
+                })
+            })
+            .collect();
+        write_all_blocking(writer, items, 52);
+        for keeper in keepers {
+            let run = keeper.join().unwrap();
+            assert_eq!((run.start, run.end, run.closed), (0, items, true));
+        }
+        for joiner in joiners {
+            assert!(joiner.join().unwrap() > 0);
+        }
+    });
+}
