@@ -97,7 +97,7 @@ struct Inner {
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
-///    `try_publish` returns `Full(msg)`. A subscriber with a
+///    `try_publish` returns `Full(msg)` then, and only then. A subscriber with a
 ///    [stall timeout](SubscribeOptions::stall_timeout) is detached instead of holding
 ///    publishers forever; no handler ever sees a slot being overwritten.
 /// 5. **Close drains.** See [`close`](Self::close).
@@ -411,12 +411,47 @@ impl Bus {
         }
     }
 
-    /// Publishes `msg` if there is room now; never waits.
+    /// Publishes `msg` if there is room now; never waits for room, and is not `async`.
+    ///
+    /// `Full` means the slowest subscriber's queue is full, and nothing else. Publishers take
+    /// turns at the topic's writer, so this may find it taken:
+    /// - by a publisher writing its message (a few instructions, plus the `Drop` of the
+    ///   message whose slot it reuses, or a `publish_batch` iterator): being contended is not
+    ///   being full, so it waits for that publisher, spinning and then yielding its thread
+    ///   (it never suspends a task). That publisher may have been preempted by the OS, which
+    ///   is why giving up there would say `Full` on a topic with room;
+    /// - by a publisher waiting for room (the only way a publisher holds the writer while
+    ///   suspended, so that publishes finish in the order they began): the queue is full,
+    ///   that publisher's message counted and first in line, so `Full` at once;
+    /// - by this very thread, when code the bus runs while it writes (a message's `Drop`, a
+    ///   `publish_batch` iterator) publishes to the same topic: `Full` at once, since the
+    ///   room is that write's to fill and waiting for itself would never end.
+    ///
+    /// So it waits only for code running on another thread that lets go of the writer
+    /// when it finishes: never for a subscriber, a timer, or another task to be scheduled.
     ///
     /// # Errors
     ///
     /// As [`publish`](Self::publish), plus [`PublishError::Full`] when the slowest
     /// subscriber's queue is full.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringbus::{Bus, PublishError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::builder().capacity(2).build();
+    /// let _slow = bus.subscribe("jobs", |_: &u32| std::future::pending::<()>())?;
+    /// bus.try_publish("jobs", 1u32)?;
+    /// bus.try_publish("jobs", 2u32)?;
+    /// match bus.try_publish("jobs", 3u32) {
+    ///     Err(PublishError::Full(back)) => assert_eq!(back, 3), // the message comes back
+    ///     other => panic!("expected Full, got {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_publish<T: Send + Sync + 'static>(
         &self,
         topic: &str,
@@ -737,7 +772,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
         self.inner.publish_with(ctx, msg).await
     }
 
-    /// As [`Bus::try_publish`], without the lookup.
+    /// As [`Bus::try_publish`] (`Full` only when the slowest subscriber's queue is full),
+    /// without the lookup.
     pub fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
         self.inner.try_publish(msg)
     }

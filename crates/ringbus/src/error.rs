@@ -12,7 +12,9 @@ pub enum PublishError<T> {
     /// The publish's [`Context`](crate::Context) ended (deadline or cancellation) before the
     /// message entered the topic.
     Cancelled(T),
-    /// [`try_publish`](crate::Bus::try_publish) found the slowest subscriber's queue full.
+    /// [`try_publish`](crate::Bus::try_publish) found the slowest subscriber's queue full
+    /// (counting the message of a publisher already waiting for room). Never said of a topic
+    /// that has room because another publisher was writing to it.
     Full(T),
     /// The topic carries another message type.
     TypeMismatch(T, TypeMismatch),

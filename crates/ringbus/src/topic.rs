@@ -4,6 +4,14 @@
 //! critical section is a room check, a slot write and a cursor store; a publisher that finds
 //! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
 //! and the publishers behind it wait parked on the mutex, not spinning.
+//!
+//! That wait for room (and an unbuffered topic's wait for its message to be handled) is the
+//! only time a publisher holds the lock across a suspension, and it marks the lock *parked*
+//! for as long (`WriterGuard::park`). So a holder that is not parked is running and lets go
+//! within its critical section, and `try_publish`, which cannot suspend, waits for it; a
+//! parked holder means the ring is full, and `try_publish` says `Full` at once. Every new
+//! await under the lock must go through `park`, or `try_publish` could wait for a task that
+//! is not running (on a current-thread runtime: forever).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -75,17 +83,17 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             },
             Err(refused) => return Err(refused.with(msg)),
         };
-        let Some(writer) = guard.as_mut() else {
-            return Err(PublishError::Closed(msg));
-        };
         let mut msg = msg;
         loop {
+            let Some(writer) = guard.as_mut() else {
+                return Err(PublishError::Closed(msg));
+            };
             match writer.try_publish(msg) {
                 Ok(()) => break,
                 Err(Full(back)) => msg = back,
             }
             // Full: wait for room (or the end of the context, or the close).
-            match self.wait_room(writer, ctx).await {
+            match self.wait_room(&mut guard, ctx).await {
                 // The bus may have closed while we waited: a publisher from outside the
                 // handlers must not slip in after it did.
                 Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
@@ -95,14 +103,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         if self.is_unbuffered() {
-            // The message is in: wait until every subscriber has handled it (its one slot is
-            // free again). Not cancellable by the context: the message will be handled, so
-            // the publish has happened. A close stops the wait (the drain handles it).
-            tokio::select! {
-                biased;
-                _ = self.state.closing.cancelled() => {}
-                _ = writer.ready(1) => {}
-            }
+            self.wait_handled(&mut guard).await;
         }
         Ok(())
     }
@@ -126,7 +127,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         };
         let position = writer.published();
         let watch = Watch::new(&self.tracker, position);
-        self.write_locked(writer, ctx, msg).await?;
+        self.write_locked(&mut guard, ctx, msg).await?;
         drop(guard);
         watch.keep();
         let subscribers = self
@@ -141,16 +142,19 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// The room loop of a publish, with the writer locked: as in `publish_with`.
     async fn write_locked(
         &self,
-        writer: &mut Writer<T>,
+        guard: &mut Guard<'_, T>,
         ctx: &Context,
         mut msg: T,
     ) -> Result<(), PublishError<T>> {
         loop {
+            let Some(writer) = guard.as_mut() else {
+                return Err(PublishError::Closed(msg));
+            };
             match writer.try_publish(msg) {
                 Ok(()) => break,
                 Err(Full(back)) => msg = back,
             }
-            match self.wait_room(writer, ctx).await {
+            match self.wait_room(guard, ctx).await {
                 Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
@@ -158,30 +162,29 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         if self.is_unbuffered() {
-            tokio::select! {
-                biased;
-                _ = self.state.closing.cancelled() => {}
-                _ = writer.ready(1) => {}
-            }
+            self.wait_handled(guard).await;
         }
         Ok(())
     }
 
+    /// Publishes `msg` if the topic has room now, without suspending.
+    ///
+    /// `Full` means the slowest subscriber's queue is full, and nothing else (see `lock`):
+    /// - The writer free, it is the ring's answer.
+    /// - Held by a publisher that is running (a few instructions of ours, or user code we run
+    ///   there), we wait for it: spinning, then yielding the thread, never suspending.
+    ///   Giving up after a few spins said `Full` whenever a holder was preempted inside the
+    ///   lock, on a topic with room.
+    /// - Held by a publisher parked waiting for room (the only way a holder suspends), the
+    ///   queue is full, counting that publisher's message, which goes in first: `Full`.
+    /// - Held by this thread (user code run under the writer, such as a message's `Drop` as
+    ///   its slot is reused or a `publish_batch` iterator, publishing to the same topic): the
+    ///   room is the outer publish's to fill, and waiting would never end: `Full`.
     pub(crate) fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
-        // Another publisher holds the writer only for a few instructions, unless it waits
-        // for room, in which case the topic is full: try a few times, then say so.
-        let mut guard = None;
-        for _ in 0..64 {
-            if let Some(g) = self.writer.try_lock() {
-                guard = Some(g);
-                break;
-            }
-            std::hint::spin_loop();
-        }
-        let Some(mut guard) = guard else {
+        let Some(mut guard) = self.writer.lock_unless_parked() else {
             return Err(PublishError::Full(msg));
         };
         let Some(writer) = guard.as_mut() else {
@@ -215,11 +218,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             Ok(guard) => guard,
             Err(refused) => return Err(refused.with(msgs)),
         };
-        let Some(writer) = guard.as_mut() else {
-            return Err(PublishError::Closed(msgs));
-        };
         let mut total = 0;
         loop {
+            let Some(writer) = guard.as_mut() else {
+                return Err(PublishError::Closed(msgs));
+            };
             let room = writer.remaining() as u64;
             if room > 0 {
                 // Takes at most `room` messages from the iterator, with one cursor store.
@@ -230,7 +233,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 }
                 continue;
             }
-            match self.wait_room(writer, ctx).await {
+            match self.wait_room(&mut guard, ctx).await {
                 Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
@@ -244,7 +247,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// for it with `admit_wait`. Every publish goes through here. Split in two so the
     /// uncontended publish runs no second state machine (the cost gate sees one).
     #[inline]
-    fn admit(&self, ctx: &Context) -> Result<Option<WriterGuard<'_, Option<Writer<T>>>>, Refused> {
+    fn admit(&self, ctx: &Context) -> Result<Option<Guard<'_, T>>, Refused> {
         if self.state.refuses() {
             return Err(Refused::Closed);
         }
@@ -255,7 +258,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// `admit`, then `admit_wait` if the writer is taken: for the publishes off the hot path.
-    async fn admitted(&self, ctx: &Context) -> Result<WriterGuard<'_, Option<Writer<T>>>, Refused> {
+    async fn admitted(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
         match self.admit(ctx)? {
             Some(guard) => Ok(guard),
             None => self.admit_wait(ctx).await,
@@ -263,10 +266,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// Waits for the writer (until `ctx` ends), then refuses if the bus closed meanwhile.
-    async fn admit_wait(
-        &self,
-        ctx: &Context,
-    ) -> Result<WriterGuard<'_, Option<Writer<T>>>, Refused> {
+    async fn admit_wait(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
         let guard = if ctx.is_never() {
             self.writer.lock().await
         } else {
@@ -283,8 +283,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// Waits for room in the ring, the end of `ctx`, or the bus closing (which only stops
-    /// publishers from outside the handlers: see `BusState::refuses`).
-    async fn wait_room(&self, writer: &mut Writer<T>, ctx: &Context) -> Wait {
+    /// publishers from outside the handlers: see `BusState::refuses`). The writer stays
+    /// locked, marked parked: `try_publish` meanwhile says `Full` at once.
+    async fn wait_room(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
+        let mut parked = guard.park();
+        let Some(writer) = parked.as_mut() else {
+            return Wait::Closed;
+        };
         let refused = async {
             self.state.closing.cancelled().await;
             if !self.state.refuses() {
@@ -296,6 +301,22 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             _ = refused => Wait::Closed,
             _ = ctx.done() => Wait::Cancelled,
             _ = writer.ready(1) => Wait::Room,
+        }
+    }
+
+    /// An unbuffered topic's publish, its message in: waits until every subscriber has
+    /// handled it (its one slot is free again). Not cancellable by the context: the message
+    /// will be handled, so the publish has happened. A close stops the wait (the drain
+    /// handles it). The ring is full meanwhile, so the writer stays locked, marked parked.
+    async fn wait_handled(&self, guard: &mut Guard<'_, T>) {
+        let mut parked = guard.park();
+        let Some(writer) = parked.as_mut() else {
+            return;
+        };
+        tokio::select! {
+            biased;
+            _ = self.state.closing.cancelled() => {}
+            _ = writer.ready(1) => {}
         }
     }
 
@@ -381,6 +402,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The topic's writer, locked.
+type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
 
 /// A receipt registered for a publish in progress: given up if the publish does not finish.
 struct Watch<'a> {
