@@ -50,11 +50,12 @@
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.
 //!
-//! The ten guarantees are listed on [`Bus`].
+//! The eleven guarantees are listed on [`Bus`].
 
 mod app;
 mod bus;
 mod context;
+mod coop;
 mod delivery;
 mod error;
 mod handler;

@@ -14,12 +14,15 @@
 //! is not running (on a current-thread runtime: forever).
 
 use std::fmt;
+use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use ringbus_core::{Builder, Full, Stage, Writer};
 
 use crate::bus::BusState;
 use crate::context::Context;
+use crate::coop;
 use crate::delivery::{Delivery, Tracker};
 use crate::error::{Error, PublishError};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
@@ -75,6 +78,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
+        // Yields here, holding nothing, once the task's budget is spent (see `coop`).
+        coop::proceed().await;
         let mut guard = match self.admit(ctx) {
             Ok(Some(guard)) => guard,
             Ok(None) => match self.admit_wait(ctx).await {
@@ -118,6 +123,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         ctx: &Context,
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
+        coop::proceed().await;
         let mut guard = match self.admitted(ctx).await {
             Ok(guard) => guard,
             Err(refused) => return Err(refused.with(msg)),
@@ -214,30 +220,55 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
             return Ok(n);
         }
-        let mut guard = match self.admitted(ctx).await {
-            Ok(guard) => guard,
-            Err(refused) => return Err(refused.with(msgs)),
-        };
         let mut total = 0;
+        // Messages the budget units already spent pay for (see `coop`).
+        let mut credit = 0;
         loop {
-            let Some(writer) = guard.as_mut() else {
-                return Err(PublishError::Closed(msgs));
-            };
-            let room = writer.remaining() as u64;
-            if room > 0 {
-                // Takes at most `room` messages from the iterator, with one cursor store.
-                let n = writer.try_publish_batch(&mut msgs);
-                total += n;
-                if n < room {
-                    return Ok(total); // the iterator ran dry
-                }
-                continue;
+            if credit == 0 {
+                // Yields here, holding nothing, once the task's budget is spent.
+                coop::proceed().await;
+                credit = coop::PER_UNIT;
             }
-            match self.wait_room(&mut guard, ctx).await {
-                Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
-                Wait::Room => {}
-                Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
-                Wait::Closed => return Err(PublishError::Closed(msgs)),
+            let mut guard = match self.admitted(ctx).await {
+                Ok(guard) => guard,
+                Err(refused) => return Err(refused.with(msgs)),
+            };
+            loop {
+                let Some(writer) = guard.as_mut() else {
+                    return Err(PublishError::Closed(msgs));
+                };
+                let room = writer.remaining() as u64;
+                if room > 0 {
+                    // Takes at most `room` messages from the iterator, with one cursor store,
+                    // paying for them as it goes; stops early when the budget is spent.
+                    let (n, spent) = poll_fn(|cx| {
+                        let mut budgeted = coop::Budgeted {
+                            inner: &mut msgs,
+                            cx,
+                            credit: &mut credit,
+                            spent: false,
+                        };
+                        let n = writer.try_publish_batch(&mut budgeted);
+                        Poll::Ready((n, budgeted.spent))
+                    })
+                    .await;
+                    total += n;
+                    if spent {
+                        // Let go of the writer, then yield (other publishes may land
+                        // between this batch's chunks).
+                        break;
+                    }
+                    if n < room {
+                        return Ok(total); // the iterator ran dry
+                    }
+                    continue;
+                }
+                match self.wait_room(&mut guard, ctx).await {
+                    Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
+                    Wait::Room => {}
+                    Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
+                    Wait::Closed => return Err(PublishError::Closed(msgs)),
+                }
             }
         }
     }
