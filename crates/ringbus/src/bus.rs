@@ -664,6 +664,18 @@ impl Bus {
     /// The drain of `close`: wait for quiescence, close the rings, wait for the tasks.
     async fn drain(&self) {
         let state = &self.inner.state;
+        // 0. Wait for the publishes from outside the handlers that got in before `closed`
+        //    was set but have not made their message visible yet: each checks `closed`
+        //    holding its topic's writer (`TopicInner::admit`), so once we have held every
+        //    writer, each of them either is visible in its topic's count or was refused.
+        //    (Acquire/Release through the lock: a publisher that takes a writer after we let
+        //    it go sees `closed`.) A topic missing from this snapshot was made by a publish
+        //    or subscribe racing with `close` itself: an outside publish accepted there is
+        //    still handled by its subscribers (a ring closes only once its writer is free),
+        //    but what their handlers publish on is not waited for.
+        for topic in self.topics() {
+            topic.wait_publishers().await;
+        }
         // 1. Wait until every subscriber has caught up with its topic and none is in a handler
         //    (which could still publish): nothing is in flight any more.
         state.progress_watchers.fetch_add(1, Ordering::Relaxed);
@@ -694,9 +706,13 @@ impl Bus {
     /// True when every running subscriber has handled everything published to its topic, so
     /// none is in a handler, and nothing was published meanwhile.
     ///
-    /// One pass is not enough: a handler of a topic checked later may publish to a topic
-    /// checked earlier and then finish. Any such publish changes the counts, so the pass
-    /// counts only if the counts did not move across it.
+    /// One pass over the subscribers, between two reads of every topic's count. The pass
+    /// alone is not enough: a handler of a topic checked later may publish to a topic checked
+    /// earlier and then finish. Any such publish changes the counts, so the pass counts only
+    /// if the counts did not move across it. The second read sees such a publish: it was
+    /// made visible before that handler's subscriber counted the message handled (Release),
+    /// which the pass read (Acquire, `SubShared::position`). Publishes from outside the
+    /// handlers are over before the first call (`drain`, step 0).
     fn quiescent(&self) -> bool {
         let topics = self.topics();
         let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();

@@ -47,7 +47,10 @@ pub(crate) struct SubShared {
     pub(crate) topic: Arc<str>,
     /// The ring position this subscriber started at.
     pub(crate) start: u64,
-    /// Messages handled (successfully or not). Written only by the task.
+    /// Messages handled (successfully or not). Written only by the task, with Release after
+    /// each handler call: pairs with the Acquire load in `position`, so whoever sees a
+    /// message counted as handled also sees what its handler published (`Bus::quiescent`
+    /// relies on it).
     pub(crate) handled: AtomicU64,
     /// Handler calls that returned `Err`.
     pub(crate) errors: AtomicU64,
@@ -102,8 +105,10 @@ impl SubShared {
         self.waker.wake();
     }
 
+    /// The position up to which this subscriber has handled its topic.
     pub(crate) fn position(&self) -> u64 {
-        self.start + self.handled.load(Ordering::Relaxed)
+        // Acquire: pairs with the Release stores of `handled` in the task.
+        self.start + self.handled.load(Ordering::Acquire)
     }
 
     pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
@@ -288,7 +293,7 @@ where
             sub.record(failure, sub.start + handled, 1);
         }
         handled += 1;
-        sub.handled.store(handled, Ordering::Relaxed);
+        sub.handled.store(handled, Ordering::Release); // pairs with `position`
         sub.bus.progressed();
     }
 }
@@ -330,7 +335,7 @@ where
             sub.record(failure, sub.start + handled, len);
         }
         handled += len;
-        sub.handled.store(handled, Ordering::Relaxed);
+        sub.handled.store(handled, Ordering::Release); // pairs with `position`
         sub.bus.progressed();
     }
 }

@@ -52,6 +52,12 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn stats(&self) -> TopicStats;
     /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+    /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
+    /// that every publish from outside the handlers that passed its closed check (made
+    /// holding the writer: see `admit`) has made its message visible.
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
     /// Subscribers still running with messages left, and how many.
     fn unhandled(&self) -> Vec<Unhandled>;
 }
@@ -78,9 +84,12 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
+        if let Some(refused) = self.refused(ctx) {
+            return Err(refused.with(msg));
+        }
         // Yields here, holding nothing, once the task's budget is spent (see `coop`).
         coop::proceed().await;
-        let mut guard = match self.admit(ctx) {
+        let mut guard = match self.admit() {
             Ok(Some(guard)) => guard,
             Ok(None) => match self.admit_wait(ctx).await {
                 Ok(guard) => guard,
@@ -123,6 +132,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         ctx: &Context,
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
+        if let Some(refused) = self.refused(ctx) {
+            return Err(refused.with(msg));
+        }
         coop::proceed().await;
         let mut guard = match self.admitted(ctx).await {
             Ok(guard) => guard,
@@ -187,12 +199,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     ///   its slot is reused or a `publish_batch` iterator, publishing to the same topic): the
     ///   room is the outer publish's to fill, and waiting would never end: `Full`.
     pub(crate) fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
+        let Some(mut guard) = self.writer.lock_unless_parked() else {
+            if self.state.refuses() {
+                return Err(PublishError::Closed(msg));
+            }
+            return Err(PublishError::Full(msg));
+        };
+        // Under the writer, as in `admit`.
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
-        let Some(mut guard) = self.writer.lock_unless_parked() else {
-            return Err(PublishError::Full(msg));
-        };
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
@@ -224,6 +240,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         // Messages the budget units already spent pay for (see `coop`).
         let mut credit = 0;
         loop {
+            if let Some(refused) = self.refused(ctx) {
+                return Err(refused.with(msgs));
+            }
             if credit == 0 {
                 // Yields here, holding nothing, once the task's budget is spent.
                 coop::proceed().await;
@@ -273,24 +292,41 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         }
     }
 
-    /// Lets a publish in, or says why not: refused at once if the bus refuses it or `ctx` is
-    /// done; then the writer, taken at once if it is free (`Ok(Some)`), else `Ok(None)`: wait
-    /// for it with `admit_wait`. Every publish goes through here. Split in two so the
-    /// uncontended publish runs no second state machine (the cost gate sees one).
+    /// Refuses a publish at once, before it spends anything: if the bus refuses it, or `ctx`
+    /// is done. Every publish starts here.
     #[inline]
-    fn admit(&self, ctx: &Context) -> Result<Option<Guard<'_, T>>, Refused> {
+    fn refused(&self, ctx: &Context) -> Option<Refused> {
         if self.state.refuses() {
-            return Err(Refused::Closed);
+            return Some(Refused::Closed);
         }
         if !ctx.is_never() && ctx.is_done() {
-            return Err(Refused::Cancelled);
+            return Some(Refused::Cancelled);
         }
-        Ok(self.writer.try_lock())
+        None
+    }
+
+    /// Takes the writer if it is free (`Ok(Some)`), refusing if the bus now refuses the
+    /// publish; `Ok(None)`: wait for it with `admit_wait`. Every publish goes through here,
+    /// after `refused`. Split in two so the uncontended publish runs no second state machine
+    /// (the cost gate sees one).
+    ///
+    /// The closed check that counts is made holding the writer, here and in `admit_wait`:
+    /// `close` passes through every writer once after it set `closed` (`wait_publishers`),
+    /// so a publisher from outside the handlers that got in before has made its message
+    /// visible by then, and one that comes after sees `closed`. (Checked before the writer
+    /// only, a publisher could pass the check, stall, and write after the drain had found
+    /// everything handled: its message then reached no chained topic.)
+    #[inline]
+    fn admit(&self) -> Result<Option<Guard<'_, T>>, Refused> {
+        match self.writer.try_lock() {
+            Some(_) if self.state.refuses() => Err(Refused::Closed),
+            guard => Ok(guard),
+        }
     }
 
     /// `admit`, then `admit_wait` if the writer is taken: for the publishes off the hot path.
     async fn admitted(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
-        match self.admit(ctx)? {
+        match self.admit()? {
             Some(guard) => Ok(guard),
             None => self.admit_wait(ctx).await,
         }
@@ -527,6 +563,16 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         Box::pin(async move {
             // Publishers waiting for room see `closing` and let go of the writer at once.
             *self.writer.lock().await = None;
+        })
+    }
+
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        // Publishers from outside waiting for room see `closing` and let go at once; one
+        // from a handler keeps it until it has room, which the drain waits for anyway.
+        Box::pin(async move {
+            drop(self.writer.lock().await);
         })
     }
 
