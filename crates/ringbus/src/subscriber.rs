@@ -233,12 +233,19 @@ impl<T> Future for Next<'_, T> {
     }
 }
 
-/// Runs one handler call: polled once inline (no timer for handlers that finish at once),
-/// then under the stall timeout, if any. Panics are caught. `None` means it stalled.
-async fn guarded<F>(call: F, stall: Option<Duration>) -> Option<Result<(), Failure>>
+/// Runs one handler call: `call` makes its future (a hand-written `Handler::call` may
+/// panic right there), which is polled once inline (no timer for handlers that finish at
+/// once), then under the stall timeout, if any. Panics are caught, in `call` and in the
+/// future alike. `None` means it stalled.
+async fn guarded<C, F>(call: C, stall: Option<Duration>) -> Option<Result<(), Failure>>
 where
+    C: FnOnce() -> F,
     F: Future<Output = Result<(), HandlerError>>,
 {
+    let call = match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Ok(call) => call,
+        Err(panic) => return Some(Err(Failure::Panic(panic_message(&*panic)))),
+    };
     let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
     let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
     let result = match first {
@@ -251,14 +258,17 @@ where
     Some(match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(Failure::Err(e)),
-        Err(panic) => Err(Failure::Panic(
-            panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic payload".to_string()),
-        )),
+        Err(panic) => Err(Failure::Panic(panic_message(&*panic))),
     })
+}
+
+/// The text of a panic's payload, for the log.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_string())
 }
 
 fn detach(sub: &SubShared) {
@@ -284,7 +294,7 @@ where
         let Ok(message) = reader.try_recv() else {
             continue;
         };
-        let Some(outcome) = guarded(handler.call(&message), sub.stall_timeout).await else {
+        let Some(outcome) = guarded(|| handler.call(&message), sub.stall_timeout).await else {
             detach(&sub);
             return; // dropping the reader releases our place in the ring
         };
@@ -325,7 +335,7 @@ where
         };
         let (first, second) = batch.as_slices();
         let len = batch.len() as u64;
-        let call = handler.call(Batch { first, second });
+        let call = || handler.call(Batch { first, second });
         let Some(outcome) = guarded(call, sub.stall_timeout).await else {
             detach(&sub);
             return;
