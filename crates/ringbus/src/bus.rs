@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::delivery::Delivery;
-use crate::error::{Error, PublishError, TypeMismatch};
+use crate::error::{Error, PublishError, TypeMismatch, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
 use crate::state::{State, States};
@@ -483,8 +483,9 @@ impl Bus {
     ///
     /// # Errors
     ///
-    /// The error carries the rest of the iterator: the messages not published (each message
-    /// is all or nothing; those before were published).
+    /// The error carries every message not published, in order, as an [`Unpublished`]
+    /// iterator: the one refused (if it had been taken from `msgs`) and the rest of `msgs`.
+    /// Each message is all or nothing; those before were published.
     ///
     /// # Cancel safety
     ///
@@ -493,14 +494,17 @@ impl Bus {
         &self,
         topic: &str,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>>
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>>
     where
         T: Send + Sync + 'static,
         I: IntoIterator<Item = T>,
     {
         match self.resolve::<T>(topic, None) {
             Ok(t) => t.publish_batch(&Context::new(), msgs).await,
-            Err(e) => Err(PublishError::TypeMismatch(msgs.into_iter(), e)),
+            Err(e) => Err(PublishError::TypeMismatch(
+                Unpublished::new(msgs.into_iter()),
+                e,
+            )),
         }
     }
 
@@ -859,7 +863,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
         &self,
         ctx: &Context,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>> {
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>> {
         self.inner.publish_batch(ctx, msgs).await
     }
 

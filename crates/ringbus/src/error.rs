@@ -41,6 +41,16 @@ impl<T> PublishError<T> {
         }
     }
 
+    /// The same error, its message replaced by `f(message)`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> PublishError<U> {
+        match self {
+            PublishError::Closed(m) => PublishError::Closed(f(m)),
+            PublishError::Cancelled(m) => PublishError::Cancelled(f(m)),
+            PublishError::Full(m) => PublishError::Full(f(m)),
+            PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             PublishError::Closed(_) => "Closed",
@@ -78,6 +88,82 @@ impl<T> fmt::Display for PublishError<T> {
 }
 
 impl<T> std::error::Error for PublishError<T> {}
+
+/// The messages of a batch that were not published, in order: what a failed
+/// [`publish_batch`](crate::Bus::publish_batch) gives back in its error.
+///
+/// An iterator: the message that was refused, if it had already been taken from the
+/// batch's iterator (an unbuffered topic takes them one at a time), then the rest of that
+/// iterator. Its `Debug` does not require the messages to be `Debug`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let bus = ringbus::Bus::new();
+/// bus.close().await;
+/// match bus.publish_batch("t", vec![1u32, 2, 3]).await {
+///     Err(ringbus::PublishError::Closed(rest)) => assert_eq!(rest.collect::<Vec<_>>(), [1, 2, 3]),
+///     other => panic!("expected Closed, got {other:?}"),
+/// }
+/// # }
+/// ```
+pub struct Unpublished<I: Iterator> {
+    refused: Option<I::Item>,
+    rest: I,
+}
+
+impl<I: Iterator> Unpublished<I> {
+    /// The rest of a batch, nothing taken from it yet.
+    pub(crate) fn new(rest: I) -> Self {
+        Self {
+            refused: None,
+            rest,
+        }
+    }
+
+    /// `refused`, taken from the batch, put back in front of `rest`.
+    pub(crate) fn with_refused(refused: I::Item, rest: I) -> Self {
+        Self {
+            refused: Some(refused),
+            rest,
+        }
+    }
+
+    /// The refused message (if it had been taken from the batch's iterator) and the rest of
+    /// that iterator.
+    pub fn into_parts(self) -> (Option<I::Item>, I) {
+        (self.refused, self.rest)
+    }
+}
+
+impl<I: Iterator> Iterator for Unpublished<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        self.refused.take().or_else(|| self.rest.next())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let front = usize::from(self.refused.is_some());
+        let (low, high) = self.rest.size_hint();
+        (
+            low.saturating_add(front),
+            high.and_then(|h| h.checked_add(front)),
+        )
+    }
+}
+
+impl<I: ExactSizeIterator> ExactSizeIterator for Unpublished<I> {}
+
+impl<I: std::iter::FusedIterator> std::iter::FusedIterator for Unpublished<I> {}
+
+impl<I: Iterator> fmt::Debug for Unpublished<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unpublished")
+            .field("refused", &self.refused.is_some())
+            .field("rest", &self.rest.size_hint())
+            .finish()
+    }
+}
 
 /// A topic was used with a message type other than the one it carries.
 #[derive(Clone, PartialEq, Eq)]

@@ -46,7 +46,8 @@
 //!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
 //!   timeout.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
-//! - [`PublishError`] (gives the message back), [`Error`], [`TypeMismatch`].
+//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]), [`Error`],
+//!   [`TypeMismatch`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.
 //!
@@ -70,7 +71,7 @@ pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, TypeMismatch};
+pub use error::{Error, PublishError, TypeMismatch, Unpublished};
 pub use handler::{
     Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
 };

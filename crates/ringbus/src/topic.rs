@@ -24,7 +24,7 @@ use crate::bus::BusState;
 use crate::context::Context;
 use crate::coop;
 use crate::delivery::{Delivery, Tracker};
-use crate::error::{Error, PublishError};
+use crate::error::{Error, PublishError, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
 use crate::lock::{WriterGuard, WriterLock};
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
@@ -221,21 +221,38 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         &self,
         ctx: &Context,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>>
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>>
     where
         I: IntoIterator<Item = T>,
     {
         let mut msgs = msgs.into_iter();
         if self.is_unbuffered() {
+            // One message at a time, each taken from the iterator before it is refused or
+            // published: a refused one goes back in front of the rest.
             let mut n = 0;
-            for msg in msgs.by_ref() {
+            loop {
+                let Some(msg) = msgs.next() else {
+                    return Ok(n);
+                };
                 if let Err(e) = self.publish_with(ctx, msg).await {
-                    return Err(rewrap(e, msgs));
+                    return Err(e.map(|refused| Unpublished::with_refused(refused, msgs)));
                 }
                 n += 1;
             }
-            return Ok(n);
         }
+        self.publish_chunks(ctx, msgs)
+            .await
+            .map_err(|e| e.map(Unpublished::new))
+    }
+
+    /// `publish_batch` on a buffered topic: chunks of what fits, each with one cursor store.
+    /// It takes a message from the iterator only where there is room for it (and budget to
+    /// pay for it), so an error gives back the iterator as it is.
+    async fn publish_chunks<I: Iterator<Item = T>>(
+        &self,
+        ctx: &Context,
+        mut msgs: I,
+    ) -> Result<u64, PublishError<I>> {
         let mut total = 0;
         // Messages the budget units already spent pay for (see `coop`).
         let mut credit = 0;
@@ -517,18 +534,6 @@ enum Wait {
     Room,
     Cancelled,
     Closed,
-}
-
-/// Puts a refused message back in front of the rest of a batch's iterator.
-fn rewrap<T, I: Iterator<Item = T>>(e: PublishError<T>, rest: I) -> PublishError<I> {
-    // The iterator type must stay `I`: the refused message is dropped here, and the error
-    // says so in the docs of `publish_batch` (everything from it on was not published).
-    match e {
-        PublishError::Closed(_) => PublishError::Closed(rest),
-        PublishError::Cancelled(_) => PublishError::Cancelled(rest),
-        PublishError::Full(_) => PublishError::Full(rest),
-        PublishError::TypeMismatch(_, t) => PublishError::TypeMismatch(rest, t),
-    }
 }
 
 impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
