@@ -107,7 +107,10 @@ struct Inner {
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
 ///    returned.
-/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`].
+/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`];
+///    with a stall timeout, on a runtime built without its time driver, [`Error::NoTimer`].
+///    Publishing needs no runtime, and a [`Context`] deadline is kept without tokio's timer
+///    where there is none (on a helper thread).
 /// 10. **Zero allocations** per publish and per delivery in the steady state.
 /// 11. **A good tokio neighbour.** Every publish route and every subscriber's receive loop
 ///     spends tokio's cooperative budget (`tokio::task::coop`), as tokio's own channels do:
@@ -167,6 +170,19 @@ impl BusState {
         }
     }
 
+    /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one and the
+    /// current runtime cannot time it (see `time`).
+    pub(crate) fn stall_timeout(
+        &self,
+        options: &SubscribeOptions,
+    ) -> Result<Option<Duration>, Error> {
+        let timeout = options.stall_timeout.or(self.stall_timeout);
+        if timeout.is_some() && !crate::time::has_time_driver() {
+            return Err(Error::NoTimer);
+        }
+        Ok(timeout)
+    }
+
     /// True when publishes from here are refused: the bus is closing and this is not a
     /// handler (handlers may still publish while the bus drains, so chains of topics finish).
     #[inline]
@@ -223,7 +239,8 @@ impl BusBuilder {
 
     /// A default stall timeout for every subscriber (see
     /// [`SubscribeOptions::stall_timeout`]). Off by default: slow subscribers make
-    /// publishers wait.
+    /// publishers wait. Timing it needs the tokio runtime's time driver: subscribing on a
+    /// runtime without one is then [`Error::NoTimer`].
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self
@@ -328,13 +345,14 @@ impl Bus {
     }
 
     /// The topic a new subscriber of `topic` joins: refuses before making anything when no
-    /// runtime could run the subscriber.
+    /// runtime could run the subscriber (or time its stall timeout).
     fn subscribable<T: Send + Sync + 'static>(
         &self,
         topic: &str,
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        self.inner.state.stall_timeout(options)?;
         self.resolve_arc::<T>(topic, options.capacity)
             .map_err(Error::TypeMismatch)
     }
@@ -518,7 +536,9 @@ impl Bus {
     ///
     /// # Errors
     ///
-    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::TypeMismatch`],
+    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::NoTimer`] with a stall timeout
+    /// (see [`BusBuilder::stall_timeout`]) on a runtime without a time driver,
+    /// [`Error::TypeMismatch`],
     /// [`Error::Closed`].
     pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
     where

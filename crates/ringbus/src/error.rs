@@ -214,6 +214,9 @@ pub enum Error {
     /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
     /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
     NoRuntime,
+    /// The tokio runtime has no time driver (it was built without `enable_time` or
+    /// `enable_all`), and what was asked needs one: a subscriber's stall timeout.
+    NoTimer,
     /// A topic exists with another capacity than the one asked for.
     CapacityMismatch {
         /// The topic.
@@ -251,6 +254,11 @@ impl fmt::Display for Error {
             Error::NoRuntime => f.write_str(
                 "no tokio runtime is reachable: subscribe from inside a tokio runtime \
                  (#[tokio::main], a spawned task, or Runtime::enter)",
+            ),
+            Error::NoTimer => f.write_str(
+                "the tokio runtime has no time driver, which a stall timeout needs: build it \
+                 with enable_time() (or enable_all(), as #[tokio::main] does), or subscribe \
+                 without a stall timeout",
             ),
             Error::CapacityMismatch {
                 topic,

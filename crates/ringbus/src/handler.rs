@@ -188,6 +188,9 @@ impl SubscribeOptions {
     /// handler future is dropped at its next yield, its place in the topic released (so
     /// publishers stop waiting for it), a `tracing` warning logged and the detach counted.
     /// Without it (the default), a slow subscriber makes publishers wait: no message is lost.
+    ///
+    /// It runs on tokio's timer: on a runtime built without its time driver, subscribing
+    /// with it is [`Error::NoTimer`](crate::Error::NoTimer).
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self

@@ -434,6 +434,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let stall_timeout = self.state.stall_timeout(&options)?;
         if let Some(requested) = options.capacity {
             if requested != self.capacity {
                 return Err(Error::CapacityMismatch {
@@ -462,7 +463,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             name,
             self.name.clone(),
             reader.position(),
-            options.stall_timeout.or(self.state.stall_timeout),
+            stall_timeout,
         ));
         {
             // Finished subscribers are kept for `stats()` only until the next subscribe, so
