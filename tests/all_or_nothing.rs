@@ -272,3 +272,36 @@ async fn unbuffered_publish_dropped_while_being_handled() {
     drop(publish);
     assert_eq!(drain(&bus, &gate, &log).await, vec![0]);
 }
+
+/// An unbuffered topic's batch goes in one message at a time; when one is refused (here the
+/// bus closes while the one before waits to be handled), the error gives back that message
+/// and everything after it, in order: nothing is dropped.
+#[tokio::test]
+async fn unbuffered_batch_gives_back_the_refused_message_and_the_rest() {
+    let bus = Bus::builder().capacity(0).build();
+    let gate = Gate::closed();
+    let (_sub, log, mut entered) = gated(&bus, &gate);
+    let (ids, witnesses): (Vec<Msg>, Vec<Arc<()>>) = (0..3).map(msg).unzip();
+    let mut batch = task::spawn(bus.publish_batch("t", ids));
+    assert_pending!(batch.poll());
+    // Message 0 is in, its publish waiting for the subscriber to handle it.
+    assert_eq!(entered.recv().await, Some(0));
+
+    let mut close = task::spawn(bus.close());
+    assert_pending!(close.poll());
+    match assert_ready!(batch.poll()) {
+        Err(PublishError::Closed(rest)) => {
+            assert_eq!(rest.map(|m| m.id).collect::<Vec<_>>(), [1, 2]);
+        }
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    drop(batch);
+    // 1 and 2 were given back, then dropped above; 0 is in the topic.
+    assert_eq!(
+        witnesses.iter().map(Arc::strong_count).collect::<Vec<_>>(),
+        [2, 1, 1]
+    );
+    gate.open();
+    close.await;
+    assert_eq!(log.snapshot(), [0]);
+}

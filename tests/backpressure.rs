@@ -306,3 +306,129 @@ async fn no_handler_sees_a_slot_being_overwritten() {
         assert!(stats.handled < PUBLISHERS * N);
     }
 }
+
+/// `Full` means the slowest subscriber's queue is full, nothing else. Here nothing gates the
+/// topic (no subscriber), so it always has room; publishers race on more workers than the
+/// machine has cores, so lock holders get preempted inside the writer lock. No `try_publish`
+/// may say `Full`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn try_publish_is_not_full_while_there_is_room() {
+    const TRYING: u64 = 8;
+    const WAITING: u64 = 2;
+    const EACH: u64 = 20_000;
+    let bus = Bus::builder().capacity(64).build();
+    let topic = bus.topic::<u64>("roomy").unwrap();
+    let trying: Vec<_> = (0..TRYING)
+        .map(|_| {
+            let topic = topic.clone();
+            tokio::spawn(async move {
+                let mut full = 0u64;
+                for m in 0..EACH {
+                    match topic.try_publish(m) {
+                        Ok(()) => {}
+                        Err(PublishError::Full(_)) => full += 1,
+                        Err(other) => panic!("unexpected {other:?}"),
+                    }
+                }
+                full
+            })
+        })
+        .collect();
+    // Publishers that wait hold the same lock.
+    let waiting: Vec<_> = (0..WAITING)
+        .map(|_| {
+            let topic = topic.clone();
+            tokio::spawn(async move {
+                for m in 0..EACH {
+                    topic.publish(m).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut full = 0;
+    for t in trying {
+        full += t.await.unwrap();
+    }
+    for t in waiting {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        full, 0,
+        "try_publish said Full {full} times on a topic with room"
+    );
+    assert_eq!(topic.published(), (TRYING + WAITING) * EACH);
+    bus.close().await;
+}
+
+/// A message whose `Drop` publishes to its own topic, run by the bus while it holds the
+/// topic's writer (the message's slot is being reused).
+struct Reenter {
+    topic: Option<ringbus::Topic<Reenter>>,
+    outcomes: Outcomes,
+}
+
+type Outcomes = Arc<std::sync::Mutex<Vec<&'static str>>>;
+
+/// `try_publish` of a plain `Reenter`, its outcome recorded in `outcomes`.
+fn try_again(topic: &ringbus::Topic<Reenter>, outcomes: &Outcomes) {
+    let msg = Reenter {
+        topic: None,
+        outcomes: outcomes.clone(),
+    };
+    let outcome = match topic.try_publish(msg) {
+        Ok(()) => "ok",
+        Err(PublishError::Full(_)) => "full",
+        Err(_) => "other",
+    };
+    outcomes.lock().unwrap().push(outcome);
+}
+
+impl Drop for Reenter {
+    fn drop(&mut self) {
+        if let Some(topic) = self.topic.take() {
+            try_again(&topic, &self.outcomes);
+        }
+    }
+}
+
+/// User code the bus runs while it holds a topic's writer (a message's `Drop`, a
+/// `publish_batch` iterator) calling `try_publish` on that topic: it cannot get in, and it
+/// must say so (`Full`) rather than wait for its own thread forever.
+#[test]
+fn try_publish_from_under_the_writer_does_not_wait_for_itself() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let bus = Bus::builder().capacity(1).build();
+        let topic = bus.topic::<Reenter>("r").unwrap();
+        let outcomes = Outcomes::default();
+        let plain = || Reenter {
+            topic: None,
+            outcomes: outcomes.clone(),
+        };
+        // No subscriber: the ring always has room, and each publish reuses the one slot.
+        let first = Reenter {
+            topic: Some(topic.clone()),
+            outcomes: outcomes.clone(),
+        };
+        topic.try_publish(first).ok().unwrap();
+        topic.try_publish(plain()).ok().unwrap(); // reuses the first one's slot
+        let batch = (0..2).map(|i| {
+            if i == 1 {
+                try_again(&topic, &outcomes);
+            }
+            plain()
+        });
+        let ctx = ringbus::Context::new();
+        let published = ringbus::ring::block_on(topic.publish_batch(&ctx, batch)).ok();
+        let outcomes = outcomes.lock().unwrap().clone();
+        done_tx
+            .send((published, topic.published(), outcomes))
+            .unwrap();
+    });
+    let (published, total, outcomes) = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("try_publish from under the writer waited for its own thread");
+    assert_eq!(outcomes, ["full", "full"]);
+    assert_eq!(published, Some(2));
+    assert_eq!(total, 4);
+}

@@ -383,3 +383,94 @@ async fn close_from_a_handler_while_another_handler_publishes_to_it() {
         .await
         .expect("close deadlocked");
 }
+
+/// A job for `close_waits_for_an_outside_publish_in_flight`: the one carrying `hold` blocks
+/// in its `Drop` (run by the publisher that reuses its slot, inside that publish) until the
+/// test lets it go.
+struct Job {
+    id: u64,
+    hold: Hold,
+}
+
+type Hold = std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>;
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let hold = self
+            .hold
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((entered, release)) = hold {
+            let _ = entered.send(());
+            let _ = release.recv();
+        }
+    }
+}
+
+/// An outside publish that had passed the closed check when `close` began, but had not yet
+/// made its message visible, is waited for: its message is handled, and the chain its
+/// handler starts (publishing to a downstream topic) finishes instead of finding that topic
+/// closed.
+#[tokio::test]
+async fn close_waits_for_an_outside_publish_in_flight() {
+    // One slot: the second job's publish reuses the first one's slot, and runs its `Drop`
+    // between the publish's closed check and the store that makes the job visible.
+    let bus = Bus::builder().capacity(1).build();
+    // The old drain closed "down" before "jobs" (the map's order), so the chain broke.
+    let down = bus.topic::<u64>("down").unwrap();
+    let mut downstream = recording(&bus, "down", "downstream");
+    let chain = bus
+        .subscribe("jobs", move |job: &Job| {
+            let (id, down) = (job.id, down.clone());
+            async move { down.publish(id).await }
+        })
+        .unwrap();
+
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let held = Job {
+        id: 0,
+        hold: Hold::new(Some((entered_tx, release_rx))),
+    };
+    bus.publish("jobs", held).await.unwrap();
+    assert_eq!(take(&mut downstream.handled, 1).await, [0]);
+
+    // A publisher from outside the handlers, on a plain thread: stalled in the `Drop`.
+    let publisher = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            let job = Job {
+                id: 1,
+                hold: Hold::default(),
+            };
+            ringbus::ring::block_on(bus.publish("jobs", job)).is_ok()
+        })
+    };
+    tokio::task::spawn_blocking(move || entered.recv())
+        .await
+        .unwrap()
+        .expect("the publisher reached the Drop");
+
+    // The close begins (its first poll decides what it can) while the publish is in flight.
+    let close = bus.close();
+    tokio::pin!(close);
+    std::future::poll_fn(|cx| {
+        let first = std::future::Future::poll(close.as_mut(), cx);
+        assert!(first.is_pending(), "close finished early");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    release.send(()).unwrap();
+    assert!(publisher.join().unwrap(), "the in-flight publish failed");
+    tokio::time::timeout(Duration::from_secs(30), close)
+        .await
+        .expect("close did not finish");
+
+    assert_eq!(
+        downstream.log.snapshot(),
+        [0, 1],
+        "the chain of job 1 broke"
+    );
+    assert_eq!(chain.stats().errors, 0);
+}

@@ -296,3 +296,95 @@ async fn batch_handler_failures_count_per_batch() {
     assert_eq!(capture.at("b", Level::WARN).len(), 2);
     assert_eq!(capture.at("b", Level::ERROR).len(), 2);
 }
+
+/// A hand-written handler whose `call` panics before it returns a future (on 1 and 3).
+struct EagerPanic(Log<u64>);
+
+impl ringbus::Handler<u64> for EagerPanic {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        msg: &'a u64,
+    ) -> impl std::future::Future<Output = Result<(), ringbus::HandlerError>> + Send + 'a {
+        assert!(*msg % 2 == 0, "eager boom {msg}");
+        async move {
+            self.0.push(*msg);
+            Ok(())
+        }
+    }
+}
+
+/// Its batch form: panics in `call` on a batch that starts with an odd number.
+struct EagerBatchPanic(Log<u64>);
+
+impl ringbus::BatchHandler<u64> for EagerBatchPanic {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        batch: Batch<'a, u64>,
+    ) -> impl std::future::Future<Output = Result<(), ringbus::HandlerError>> + Send + 'a {
+        let first = batch.iter().next().copied().unwrap_or(0);
+        assert!(first % 2 == 0, "eager batch boom {first}");
+        async move {
+            for m in batch.iter() {
+                self.0.push(*m);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The `Handler` trait is public: a `call` that panics before it returns its future is a
+/// handler panic like any other (logged, counted, passed over), not the end of the
+/// subscriber's task.
+#[tokio::test]
+async fn a_handler_whose_call_panics_is_passed_over() {
+    let capture = capture();
+    let bus = Bus::new();
+    let log = Log::new();
+    let eager = bus
+        .subscribe_with(
+            "eager",
+            SubscribeOptions::new().name("eager"),
+            EagerPanic(log.clone()),
+        )
+        .unwrap();
+    let batch_log = Log::new();
+    let eager_batch = bus
+        .subscribe_batch(
+            "eager",
+            SubscribeOptions::new().name("eager-batch"),
+            EagerBatchPanic(batch_log.clone()),
+        )
+        .unwrap();
+    let mut witness = recording(&bus, "eager", "witness");
+    for m in 0..5u64 {
+        bus.publish("eager", m).await.unwrap();
+        // One message per batch: the witness runs after the batch subscriber (both were
+        // woken by this publish, in subscription order).
+        assert_eq!(take(&mut witness.handled, 1).await, [m]);
+    }
+    assert!(!eager.is_finished(), "a panic in call ended the subscriber");
+    assert!(
+        !eager_batch.is_finished(),
+        "a panic in call ended the batch subscriber"
+    );
+    bus.close().await;
+    assert_eq!(log.snapshot(), [0, 2, 4]);
+    assert_eq!(batch_log.snapshot(), [0, 2, 4]);
+    let stats = eager.stats();
+    assert_eq!((stats.handled, stats.panics), (5, 2), "{stats:?}");
+    let stats = eager_batch.stats();
+    assert_eq!((stats.handled, stats.panics), (5, 2), "{stats:?}");
+    let panics: Vec<_> = capture
+        .at("eager", Level::ERROR)
+        .iter()
+        .map(|e| e.field("panic").to_string())
+        .collect();
+    assert_eq!(panics.len(), 4, "{panics:?}");
+    assert!(panics.contains(&"eager boom 1".to_string()), "{panics:?}");
+    assert!(
+        panics.contains(&"eager batch boom 3".to_string()),
+        "{panics:?}"
+    );
+}

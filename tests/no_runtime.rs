@@ -142,3 +142,71 @@ fn publish_with_a_deadline_off_runtime_does_not_panic() {
         Err(_) => panic!("publish_with panicked off-runtime"),
     }
 }
+
+/// A runtime built without its time driver (`enable_time` not called).
+fn runtime_without_timers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+/// A stall timeout needs tokio's timer: on a runtime without one, subscribing with it (or
+/// under a builder default) is a clear `Err`, not a panic inside the subscriber later.
+#[test]
+fn a_stall_timeout_without_a_time_driver_is_an_error() {
+    use std::time::Duration;
+    let runtime = runtime_without_timers();
+    let _inside = runtime.enter();
+    let bus = Bus::builder().capacity(4).build();
+    let options = SubscribeOptions::new().stall_timeout(Duration::from_secs(1));
+    let refused = [
+        bus.subscribe_with("t", options.clone(), |_: &u64| async {}),
+        bus.subscribe_batch("t", options, |_: Batch<'_, u64>| async {}),
+        Bus::builder()
+            .stall_timeout(Duration::from_secs(1))
+            .build()
+            .subscribe("t", |_: &u64| async {}),
+    ];
+    for result in refused {
+        match result {
+            Err(e @ Error::NoTimer) => assert!(e.to_string().contains("enable_time"), "{e}"),
+            Err(other) => panic!("expected NoTimer, got {other:?}"),
+            Ok(sub) => panic!("subscribed with a stall timeout and no timer: {sub:?}"),
+        }
+    }
+    // Nothing was left half made; without a stall timeout the runtime serves.
+    assert!(bus.stats().topics.is_empty(), "{:?}", bus.stats());
+    let sub = bus.subscribe("t", |_: &u64| async {}).unwrap();
+    runtime.block_on(async {
+        bus.publish("t", 1u64).await.unwrap();
+        bus.close().await;
+    });
+    assert_eq!(sub.stats().handled, 1);
+}
+
+/// A `Context` deadline on a runtime without a time driver: a publish that has to wait, and a
+/// bounded close, end at the deadline (a helper thread keeps time) instead of panicking.
+#[test]
+fn a_deadline_without_a_time_driver_does_not_panic() {
+    use std::time::Duration;
+    let runtime = runtime_without_timers();
+    let bus = Bus::builder().capacity(1).build();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let _stuck = bus
+                .subscribe("t", |_: &u64| std::future::pending::<()>())
+                .unwrap();
+            bus.publish("t", 1u64).await.unwrap(); // the only slot, held by the handler
+            let ctx = ringbus::Context::new().with_timeout(Duration::from_millis(50));
+            let publish = bus.publish_with(&ctx, "t", 2u64).await;
+            let ctx = ringbus::Context::new().with_timeout(Duration::from_millis(50));
+            let report = bus.close_with(&ctx).await;
+            (publish, report.complete)
+        })
+    }));
+    match outcome {
+        Ok((Err(PublishError::Cancelled(2)), false)) => {}
+        Ok(other) => panic!("expected Cancelled(2) and an incomplete close, got {other:?}"),
+        Err(_) => panic!("a deadline panicked on a runtime without a time driver"),
+    }
+}

@@ -389,6 +389,11 @@ fn run_round(seed: u64) {
         for c in churners {
             windows.extend(c.await.unwrap());
         }
+        if from_handler {
+            // A close from inside a handler returns at once and drains in the background; a
+            // close from outside waits for that drain.
+            bus.close().await;
+        }
         for (sub, log, name, subscribe_called, subscribe_returned) in stayers {
             assert!(sub.is_finished(), "{name} outlived the close");
             windows.push(Window {

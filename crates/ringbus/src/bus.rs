@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::delivery::Delivery;
-use crate::error::{Error, PublishError, TypeMismatch};
+use crate::error::{Error, PublishError, TypeMismatch, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
 use crate::state::{State, States};
@@ -97,7 +97,7 @@ struct Inner {
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
-///    `try_publish` returns `Full(msg)`. A subscriber with a
+///    `try_publish` returns `Full(msg)` then, and only then. A subscriber with a
 ///    [stall timeout](SubscribeOptions::stall_timeout) is detached instead of holding
 ///    publishers forever; no handler ever sees a slot being overwritten.
 /// 5. **Close drains.** See [`close`](Self::close).
@@ -107,8 +107,18 @@ struct Inner {
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
 ///    returned.
-/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`].
+/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`];
+///    with a stall timeout, on a runtime built without its time driver, [`Error::NoTimer`].
+///    Publishing needs no runtime, and a [`Context`] deadline is kept without tokio's timer
+///    where there is none (on a helper thread).
 /// 10. **Zero allocations** per publish and per delivery in the steady state.
+/// 11. **A good tokio neighbour.** Every publish route and every subscriber's receive loop
+///     spends tokio's cooperative budget (`tokio::task::coop`), as tokio's own channels do:
+///     a publisher that always finds room and a subscriber that always finds a message let
+///     the other tasks of their worker run after tokio's budget of 128 operations. A batch
+///     spends one unit per 8 messages, so never more than 1,024 messages pass without a
+///     yield. A publisher yields holding nothing (`try_publish`, which cannot yield, spends
+///     nothing).
 ///
 /// # Examples
 ///
@@ -158,6 +168,19 @@ impl BusState {
         if self.progress_watchers.load(Ordering::Relaxed) != 0 {
             self.progress.notify_waiters();
         }
+    }
+
+    /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one and the
+    /// current runtime cannot time it (see `time`).
+    pub(crate) fn stall_timeout(
+        &self,
+        options: &SubscribeOptions,
+    ) -> Result<Option<Duration>, Error> {
+        let timeout = options.stall_timeout.or(self.stall_timeout);
+        if timeout.is_some() && !crate::time::has_time_driver() {
+            return Err(Error::NoTimer);
+        }
+        Ok(timeout)
     }
 
     /// True when publishes from here are refused: the bus is closing and this is not a
@@ -216,7 +239,8 @@ impl BusBuilder {
 
     /// A default stall timeout for every subscriber (see
     /// [`SubscribeOptions::stall_timeout`]). Off by default: slow subscribers make
-    /// publishers wait.
+    /// publishers wait. Timing it needs the tokio runtime's time driver: subscribing on a
+    /// runtime without one is then [`Error::NoTimer`].
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self
@@ -321,13 +345,14 @@ impl Bus {
     }
 
     /// The topic a new subscriber of `topic` joins: refuses before making anything when no
-    /// runtime could run the subscriber.
+    /// runtime could run the subscriber (or time its stall timeout).
     fn subscribable<T: Send + Sync + 'static>(
         &self,
         topic: &str,
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        self.inner.state.stall_timeout(options)?;
         self.resolve_arc::<T>(topic, options.capacity)
             .map_err(Error::TypeMismatch)
     }
@@ -376,6 +401,9 @@ impl Bus {
     /// in order. The topic is made if it does not exist (with no subscriber, the message
     /// reaches nobody).
     ///
+    /// Each publish spends one unit of the task's tokio cooperative budget (guarantee 11):
+    /// once it is spent, the publish first yields to the other tasks of its worker.
+    ///
     /// # Errors
     ///
     /// Each gives the message back: [`PublishError::Closed`] once the bus is closing,
@@ -411,12 +439,47 @@ impl Bus {
         }
     }
 
-    /// Publishes `msg` if there is room now; never waits.
+    /// Publishes `msg` if there is room now; never waits for room, and is not `async`.
+    ///
+    /// `Full` means the slowest subscriber's queue is full, and nothing else. Publishers take
+    /// turns at the topic's writer, so this may find it taken:
+    /// - by a publisher writing its message (a few instructions, plus the `Drop` of the
+    ///   message whose slot it reuses, or a `publish_batch` iterator): being contended is not
+    ///   being full, so it waits for that publisher, spinning and then yielding its thread
+    ///   (it never suspends a task). That publisher may have been preempted by the OS, which
+    ///   is why giving up there would say `Full` on a topic with room;
+    /// - by a publisher waiting for room (the only way a publisher holds the writer while
+    ///   suspended, so that publishes finish in the order they began): the queue is full,
+    ///   that publisher's message counted and first in line, so `Full` at once;
+    /// - by this very thread, when code the bus runs while it writes (a message's `Drop`, a
+    ///   `publish_batch` iterator) publishes to the same topic: `Full` at once, since the
+    ///   room is that write's to fill and waiting for itself would never end.
+    ///
+    /// So it waits only for code running on another thread that lets go of the writer
+    /// when it finishes: never for a subscriber, a timer, or another task to be scheduled.
     ///
     /// # Errors
     ///
     /// As [`publish`](Self::publish), plus [`PublishError::Full`] when the slowest
     /// subscriber's queue is full.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringbus::{Bus, PublishError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::builder().capacity(2).build();
+    /// let _slow = bus.subscribe("jobs", |_: &u32| std::future::pending::<()>())?;
+    /// bus.try_publish("jobs", 1u32)?;
+    /// bus.try_publish("jobs", 2u32)?;
+    /// match bus.try_publish("jobs", 3u32) {
+    ///     Err(PublishError::Full(back)) => assert_eq!(back, 3), // the message comes back
+    ///     other => panic!("expected Full, got {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_publish<T: Send + Sync + 'static>(
         &self,
         topic: &str,
@@ -431,10 +494,16 @@ impl Bus {
     /// Publishes every message of `msgs`, in order, as few cursor stores as room allows.
     /// Returns how many were published.
     ///
+    /// It spends one unit of the task's tokio cooperative budget per 8 messages (guarantee
+    /// 11): once the budget is spent, it lets go of the topic and yields, so at most 1,024
+    /// messages pass between yields, and other publishes may land between its chunks. The
+    /// iterator's `next` runs while the topic's writer is held: keep it short.
+    ///
     /// # Errors
     ///
-    /// The error carries the rest of the iterator: the messages not published (each message
-    /// is all or nothing; those before were published).
+    /// The error carries every message not published, in order, as an [`Unpublished`]
+    /// iterator: the one refused (if it had been taken from `msgs`) and the rest of `msgs`.
+    /// Each message is all or nothing; those before were published.
     ///
     /// # Cancel safety
     ///
@@ -443,14 +512,17 @@ impl Bus {
         &self,
         topic: &str,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>>
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>>
     where
         T: Send + Sync + 'static,
         I: IntoIterator<Item = T>,
     {
         match self.resolve::<T>(topic, None) {
             Ok(t) => t.publish_batch(&Context::new(), msgs).await,
-            Err(e) => Err(PublishError::TypeMismatch(msgs.into_iter(), e)),
+            Err(e) => Err(PublishError::TypeMismatch(
+                Unpublished::new(msgs.into_iter()),
+                e,
+            )),
         }
     }
 
@@ -458,11 +530,15 @@ impl Bus {
     ///
     /// The subscriber is a tokio task spawned on the current runtime. It gates publishers: a
     /// slow handler makes `publish` wait (see
-    /// [`subscribe_with`](Self::subscribe_with) for a stall timeout).
+    /// [`subscribe_with`](Self::subscribe_with) for a stall timeout). It spends one unit of
+    /// its tokio cooperative budget per message (guarantee 11), so however many messages are
+    /// waiting, it yields to the other tasks of its worker after 128.
     ///
     /// # Errors
     ///
-    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::TypeMismatch`],
+    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::NoTimer`] with a stall timeout
+    /// (see [`BusBuilder::stall_timeout`]) on a runtime without a time driver,
+    /// [`Error::TypeMismatch`],
     /// [`Error::Closed`].
     pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
     where
@@ -489,6 +565,9 @@ impl Bus {
 
     /// Runs `handler` with everything available at once (a [`Batch`](crate::Batch) of two
     /// slices) for the messages published to `topic` after this returns.
+    ///
+    /// A batch holds at most what the task's tokio cooperative budget pays for, one unit per
+    /// 8 messages (guarantee 11): at most 1,024 messages pass between two yields.
     pub fn subscribe_batch<T, H>(
         &self,
         topic: &str,
@@ -609,6 +688,18 @@ impl Bus {
     /// The drain of `close`: wait for quiescence, close the rings, wait for the tasks.
     async fn drain(&self) {
         let state = &self.inner.state;
+        // 0. Wait for the publishes from outside the handlers that got in before `closed`
+        //    was set but have not made their message visible yet: each checks `closed`
+        //    holding its topic's writer (`TopicInner::admit`), so once we have held every
+        //    writer, each of them either is visible in its topic's count or was refused.
+        //    (Acquire/Release through the lock: a publisher that takes a writer after we let
+        //    it go sees `closed`.) A topic missing from this snapshot was made by a publish
+        //    or subscribe racing with `close` itself: an outside publish accepted there is
+        //    still handled by its subscribers (a ring closes only once its writer is free),
+        //    but what their handlers publish on is not waited for.
+        for topic in self.topics() {
+            topic.wait_publishers().await;
+        }
         // 1. Wait until every subscriber has caught up with its topic and none is in a handler
         //    (which could still publish): nothing is in flight any more.
         state.progress_watchers.fetch_add(1, Ordering::Relaxed);
@@ -639,9 +730,13 @@ impl Bus {
     /// True when every running subscriber has handled everything published to its topic, so
     /// none is in a handler, and nothing was published meanwhile.
     ///
-    /// One pass is not enough: a handler of a topic checked later may publish to a topic
-    /// checked earlier and then finish. Any such publish changes the counts, so the pass
-    /// counts only if the counts did not move across it.
+    /// One pass over the subscribers, between two reads of every topic's count. The pass
+    /// alone is not enough: a handler of a topic checked later may publish to a topic checked
+    /// earlier and then finish. Any such publish changes the counts, so the pass counts only
+    /// if the counts did not move across it. The second read sees such a publish: it was
+    /// made visible before that handler's subscriber counted the message handled (Release),
+    /// which the pass read (Acquire, `SubShared::position`). Publishes from outside the
+    /// handlers are over before the first call (`drain`, step 0).
     fn quiescent(&self) -> bool {
         let topics = self.topics();
         let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();
@@ -737,7 +832,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
         self.inner.publish_with(ctx, msg).await
     }
 
-    /// As [`Bus::try_publish`], without the lookup.
+    /// As [`Bus::try_publish`] (`Full` only when the slowest subscriber's queue is full),
+    /// without the lookup.
     pub fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
         self.inner.try_publish(msg)
     }
@@ -787,7 +883,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
         &self,
         ctx: &Context,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>> {
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>> {
         self.inner.publish_batch(ctx, msgs).await
     }
 

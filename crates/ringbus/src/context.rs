@@ -5,14 +5,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::time::sleep_until;
+
 /// When a publish should give up: a deadline, a cancellation signal, both, or neither.
 ///
 /// The counterpart of the `ctx` in Go's `Publish(ctx, ...)`. [`Context::new`] never cancels.
 /// A context built from a [`CancellationToken`] lets a service's existing shutdown tree cancel
 /// publishes. Dropping a publish future cancels it as well, without any context.
 ///
-/// Deadlines use tokio's timer inside a runtime (which must have time enabled:
-/// `#[tokio::main]` and `Builder::enable_all` do that) and a helper thread outside any runtime.
+/// Deadlines use tokio's timer inside a runtime, and a helper thread outside any runtime or
+/// in a runtime built without its time driver (so a deadline never panics).
 ///
 /// ```
 /// use std::time::Duration;
@@ -103,83 +105,6 @@ impl Context {
                     _ = t.cancelled() => {}
                 }
             }
-        }
-    }
-}
-
-/// Waits until `deadline`: on tokio's timer inside a runtime, on a helper thread outside one
-/// (a publish with a deadline from a plain thread must not panic).
-async fn sleep_until(deadline: Instant) {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::time::sleep_until(deadline).await;
-    } else {
-        off_runtime::Sleep::new(deadline.into_std()).await;
-    }
-}
-
-mod off_runtime {
-    //! A deadline without a runtime: a helper thread sleeps and wakes the task. Only used when
-    //! a publish with a deadline has to wait outside any tokio runtime.
-
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::{Arc, Mutex};
-    use std::task::{Context, Poll, Waker};
-    use std::time::Instant;
-
-    #[derive(Default)]
-    struct State {
-        fired: bool,
-        waker: Option<Waker>,
-    }
-
-    pub(super) struct Sleep {
-        deadline: Instant,
-        state: Option<Arc<Mutex<State>>>,
-    }
-
-    impl Sleep {
-        pub(super) fn new(deadline: Instant) -> Self {
-            Self {
-                deadline,
-                state: None,
-            }
-        }
-    }
-
-    impl Future for Sleep {
-        type Output = ();
-
-        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            if Instant::now() >= self.deadline {
-                return Poll::Ready(());
-            }
-            let deadline = self.deadline;
-            let state = self.state.get_or_insert_with(|| {
-                let state = Arc::new(Mutex::new(State::default()));
-                let timer = state.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("ringbus-deadline".into())
-                    .spawn(move || {
-                        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-                        let mut s = timer.lock().unwrap_or_else(|e| e.into_inner());
-                        s.fired = true;
-                        if let Some(w) = s.waker.take() {
-                            w.wake();
-                        }
-                    });
-                if spawned.is_err() {
-                    // No thread for the timer: end the wait now rather than never.
-                    state.lock().unwrap_or_else(|e| e.into_inner()).fired = true;
-                }
-                state
-            });
-            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-            if s.fired {
-                return Poll::Ready(());
-            }
-            s.waker = Some(cx.waker().clone());
-            Poll::Pending
         }
     }
 }

@@ -12,7 +12,9 @@ pub enum PublishError<T> {
     /// The publish's [`Context`](crate::Context) ended (deadline or cancellation) before the
     /// message entered the topic.
     Cancelled(T),
-    /// [`try_publish`](crate::Bus::try_publish) found the slowest subscriber's queue full.
+    /// [`try_publish`](crate::Bus::try_publish) found the slowest subscriber's queue full
+    /// (counting the message of a publisher already waiting for room). Never said of a topic
+    /// that has room because another publisher was writing to it.
     Full(T),
     /// The topic carries another message type.
     TypeMismatch(T, TypeMismatch),
@@ -36,6 +38,16 @@ impl<T> PublishError<T> {
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
             | PublishError::TypeMismatch(m, _) => m,
+        }
+    }
+
+    /// The same error, its message replaced by `f(message)`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> PublishError<U> {
+        match self {
+            PublishError::Closed(m) => PublishError::Closed(f(m)),
+            PublishError::Cancelled(m) => PublishError::Cancelled(f(m)),
+            PublishError::Full(m) => PublishError::Full(f(m)),
+            PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
         }
     }
 
@@ -76,6 +88,82 @@ impl<T> fmt::Display for PublishError<T> {
 }
 
 impl<T> std::error::Error for PublishError<T> {}
+
+/// The messages of a batch that were not published, in order: what a failed
+/// [`publish_batch`](crate::Bus::publish_batch) gives back in its error.
+///
+/// An iterator: the message that was refused, if it had already been taken from the
+/// batch's iterator (an unbuffered topic takes them one at a time), then the rest of that
+/// iterator. Its `Debug` does not require the messages to be `Debug`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let bus = ringbus::Bus::new();
+/// bus.close().await;
+/// match bus.publish_batch("t", vec![1u32, 2, 3]).await {
+///     Err(ringbus::PublishError::Closed(rest)) => assert_eq!(rest.collect::<Vec<_>>(), [1, 2, 3]),
+///     other => panic!("expected Closed, got {other:?}"),
+/// }
+/// # }
+/// ```
+pub struct Unpublished<I: Iterator> {
+    refused: Option<I::Item>,
+    rest: I,
+}
+
+impl<I: Iterator> Unpublished<I> {
+    /// The rest of a batch, nothing taken from it yet.
+    pub(crate) fn new(rest: I) -> Self {
+        Self {
+            refused: None,
+            rest,
+        }
+    }
+
+    /// `refused`, taken from the batch, put back in front of `rest`.
+    pub(crate) fn with_refused(refused: I::Item, rest: I) -> Self {
+        Self {
+            refused: Some(refused),
+            rest,
+        }
+    }
+
+    /// The refused message (if it had been taken from the batch's iterator) and the rest of
+    /// that iterator.
+    pub fn into_parts(self) -> (Option<I::Item>, I) {
+        (self.refused, self.rest)
+    }
+}
+
+impl<I: Iterator> Iterator for Unpublished<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        self.refused.take().or_else(|| self.rest.next())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let front = usize::from(self.refused.is_some());
+        let (low, high) = self.rest.size_hint();
+        (
+            low.saturating_add(front),
+            high.and_then(|h| h.checked_add(front)),
+        )
+    }
+}
+
+impl<I: ExactSizeIterator> ExactSizeIterator for Unpublished<I> {}
+
+impl<I: std::iter::FusedIterator> std::iter::FusedIterator for Unpublished<I> {}
+
+impl<I: Iterator> fmt::Debug for Unpublished<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unpublished")
+            .field("refused", &self.refused.is_some())
+            .field("rest", &self.rest.size_hint())
+            .finish()
+    }
+}
 
 /// A topic was used with a message type other than the one it carries.
 #[derive(Clone, PartialEq, Eq)]
@@ -126,6 +214,9 @@ pub enum Error {
     /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
     /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
     NoRuntime,
+    /// The tokio runtime has no time driver (it was built without `enable_time` or
+    /// `enable_all`), and what was asked needs one: a subscriber's stall timeout.
+    NoTimer,
     /// A topic exists with another capacity than the one asked for.
     CapacityMismatch {
         /// The topic.
@@ -163,6 +254,11 @@ impl fmt::Display for Error {
             Error::NoRuntime => f.write_str(
                 "no tokio runtime is reachable: subscribe from inside a tokio runtime \
                  (#[tokio::main], a spawned task, or Runtime::enter)",
+            ),
+            Error::NoTimer => f.write_str(
+                "the tokio runtime has no time driver, which a stall timeout needs: build it \
+                 with enable_time() (or enable_all(), as #[tokio::main] does), or subscribe \
+                 without a stall timeout",
             ),
             Error::CapacityMismatch {
                 topic,

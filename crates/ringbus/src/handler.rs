@@ -65,8 +65,8 @@ impl<E: fmt::Display + Send + Sync + 'static> HandlerOutput for Result<(), E> {
 /// # Ok(()) }
 /// ```
 pub trait Handler<T>: Send + Sync + 'static {
-    /// Handles `msg`. An `Err` or a panic is logged and counted; the subscriber goes on with
-    /// the next message.
+    /// Handles `msg`. An `Err` or a panic (in `call` itself or in the future it returns) is
+    /// logged and counted; the subscriber goes on with the next message.
     fn call<'a>(&'a self, msg: &'a T)
         -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
 }
@@ -131,7 +131,8 @@ impl<T: fmt::Debug> fmt::Debug for Batch<'_, T> {
 /// The batch is released when the future completes; an `Err` or a panic counts once for the
 /// batch. Closures `Fn(Batch<'_, T>) -> impl Future` implement it.
 pub trait BatchHandler<T>: Send + Sync + 'static {
-    /// Handles `batch`.
+    /// Handles `batch`. An `Err` or a panic (in `call` itself or in its future) counts once
+    /// for the batch; the subscriber goes on.
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
@@ -187,6 +188,9 @@ impl SubscribeOptions {
     /// handler future is dropped at its next yield, its place in the topic released (so
     /// publishers stop waiting for it), a `tracing` warning logged and the detach counted.
     /// Without it (the default), a slow subscriber makes publishers wait: no message is lost.
+    ///
+    /// It runs on tokio's timer: on a runtime built without its time driver, subscribing
+    /// with it is [`Error::NoTimer`](crate::Error::NoTimer).
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self

@@ -46,15 +46,17 @@
 //!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
 //!   timeout.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
-//! - [`PublishError`] (gives the message back), [`Error`], [`TypeMismatch`].
+//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]), [`Error`],
+//!   [`TypeMismatch`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.
 //!
-//! The ten guarantees are listed on [`Bus`].
+//! The eleven guarantees are listed on [`Bus`].
 
 mod app;
 mod bus;
 mod context;
+mod coop;
 mod delivery;
 mod error;
 mod handler;
@@ -63,13 +65,14 @@ mod map;
 mod state;
 mod stats;
 mod subscriber;
+mod time;
 mod topic;
 
 pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, TypeMismatch};
+pub use error::{Error, PublishError, TypeMismatch, Unpublished};
 pub use handler::{
     Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
 };

@@ -19,22 +19,54 @@
 //!   waiter, so a cancelled publisher never strands the ones behind it.
 //! - Acquisition is not strictly FIFO: a newcomer may take the lock between the release and the
 //!   woken waiter's poll (barging), which keeps the uncontended path short.
-
+//!
+//! # Running and parked holders (what `try_publish` may wait for)
+//!
+//! A holder is always in one of two states, and the lock records which:
+//!
+//! - **Running**: it executes synchronous code on one thread, recorded in `owner`, and lets go
+//!   before its task next suspends. That code is a few instructions of the topic's (a room
+//!   check, slot writes, a cursor store), plus what the bus runs for the user there: the
+//!   `Drop` of a message whose slot is reused, a `publish_batch` iterator's `next`.
+//! - **Parked** (`PARKED` set, through [`WriterGuard::park`]): its task is suspended holding
+//!   the lock. The topic parks only while it waits for room (a full ring, or an unbuffered
+//!   topic's message not yet handled), so a parked holder means the topic is full, and the
+//!   message it holds goes in before any other.
+//!
+//! So [`lock_unless_parked`](WriterLock::lock_unless_parked) (the non-async `try_publish`)
+//! can wait for a running holder, spinning and then yielding its thread, since that holder
+//! lets go after a bounded stretch of its own code, and give up at once on a parked one. It
+//! also gives up at once when the running holder is its own thread (`owner` is ours: user
+//! code the holder runs called back in, and waiting for itself would never end).
+//!
+//! `owner` is stored (Relaxed) by each new holder right after it takes the lock, again when
+//! a parked holder resumes (possibly on another thread: before it clears `PARKED`, Release),
+//! and cleared before each unlock. A thread reads its own token there only while it is the
+//! running holder: it wrote the token itself and clears it before unlocking, so by coherence
+//! it never reads its own stale token; and a holder that moved threads while parked rewrote
+//! `owner` before clearing `PARKED`, which the reader loads (Acquire) before `owner`.
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
 const LOCKED: u8 = 0b01;
 const CONTENDED: u8 = 0b10;
+/// The holder is suspended holding the lock (see the module docs). Set and cleared only by
+/// the holder, so only while `LOCKED` is set.
+const PARKED: u8 = 0b100;
 
 pub(crate) struct WriterLock<T> {
+    /// `LOCKED | CONTENDED | PARKED`.
     state: AtomicU8,
+    /// The token ([`thread_token`]) of the thread running the holder's code, or 0. Written
+    /// only by the holder; read by `lock_unless_parked` to recognise its own thread.
+    owner: AtomicUsize,
     /// Waiting tasks, by the key their future holds. Also guards `CONTENDED` and `next_key`.
     waiters: Mutex<Waiters>,
     value: UnsafeCell<T>,
@@ -55,6 +87,7 @@ impl<T> WriterLock<T> {
     pub(crate) fn new(value: T) -> Self {
         Self {
             state: AtomicU8::new(0),
+            owner: AtomicUsize::new(0),
             waiters: Mutex::new(Waiters {
                 queue: VecDeque::new(),
                 next_key: 0,
@@ -81,11 +114,56 @@ impl<T> WriterLock<T> {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(WriterGuard { lock: self }),
+                Ok(_) => {
+                    // Relaxed: only this thread ever compares `owner` with its own token.
+                    self.owner.store(thread_token(), Ordering::Relaxed);
+                    return Some(WriterGuard { lock: self });
+                }
                 Err(now) => s = now,
             }
         }
         None
+    }
+
+    /// Takes the lock, waiting while its holder runs; `None` if the holder is parked (see the
+    /// module docs) or is this thread. Never suspends, and never waits for a parked holder.
+    #[inline]
+    pub(crate) fn lock_unless_parked(&self) -> Option<WriterGuard<'_, T>> {
+        match self.try_lock() {
+            Some(guard) => Some(guard),
+            None => self.lock_unless_parked_slow(),
+        }
+    }
+
+    #[cold]
+    fn lock_unless_parked_slow(&self) -> Option<WriterGuard<'_, T>> {
+        let me = thread_token();
+        let mut spins = 0u32;
+        loop {
+            // Acquire: pairs with the Release clear of `PARKED` in `Parked::drop`, so a holder
+            // that resumed on another thread has rewritten `owner` before we read it.
+            let s = self.state.load(Ordering::Acquire);
+            if s & LOCKED == 0 {
+                if let Some(guard) = self.try_lock() {
+                    return Some(guard);
+                }
+                continue;
+            }
+            if s & PARKED != 0 || self.owner.load(Ordering::Relaxed) == me {
+                return None;
+            }
+            // The holder is running on another thread: it lets go within its few
+            // instructions, unless its thread is preempted, so spin a little, then give the
+            // CPU away (on a machine with fewer cores than threads, possibly to the holder).
+            if spins < SPINS {
+                for _ in 0..1 << spins.min(6) {
+                    std::hint::spin_loop();
+                }
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Waits for the lock.
@@ -101,6 +179,8 @@ impl<T> WriterLock<T> {
     }
 
     fn unlock(&self) {
+        // Before the release below, so no later reader on this thread sees its own token.
+        self.owner.store(0, Ordering::Relaxed);
         // Release: our writes to the value happen before the next owner's.
         if self
             .state
@@ -239,9 +319,67 @@ impl<T> fmt::Debug for Lock<'_, T> {
     }
 }
 
+/// Spin rounds (of 1, 2, 4, ... 64 spin hints) before `lock_unless_parked` yields its thread.
+const SPINS: u32 = 10;
+
+/// A number unique to the calling thread among the threads alive (the address of a
+/// thread-local), never 0.
+#[inline]
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
 /// Exclusive access to the locked value; unlocks on drop.
 pub(crate) struct WriterGuard<'a, T> {
     lock: &'a WriterLock<T>,
+}
+
+impl<'a, T> WriterGuard<'a, T> {
+    /// Marks the holder parked for as long as the returned value lives: the only way the
+    /// lock may be held across a suspension (see the module docs).
+    pub(crate) fn park(&mut self) -> Parked<'_, 'a, T> {
+        // Relaxed: readers only learn "parked" from it; nothing is published with it.
+        self.lock.state.fetch_or(PARKED, Ordering::Relaxed);
+        Parked { guard: self }
+    }
+}
+
+/// A parked holder's access to the value; un-parks on drop (the holder runs again).
+pub(crate) struct Parked<'g, 'a, T> {
+    guard: &'g mut WriterGuard<'a, T>,
+}
+
+impl<T> Deref for Parked<'_, '_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.guard
+    }
+}
+
+impl<T> DerefMut for Parked<'_, '_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.guard
+    }
+}
+
+impl<T> Drop for Parked<'_, '_, T> {
+    fn drop(&mut self) {
+        let lock = self.guard.lock;
+        // The task may have resumed on another thread: it runs the holder's code from here.
+        lock.owner.store(thread_token(), Ordering::Relaxed);
+        // Release: pairs with the Acquire load in `lock_unless_parked_slow` (see there).
+        lock.state.fetch_and(!PARKED, Ordering::Release);
+    }
+}
+
+impl<T> fmt::Debug for Parked<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Parked")
+    }
 }
 
 impl<T> Deref for WriterGuard<'_, T> {
@@ -328,6 +466,51 @@ mod tests {
         }
         // Nobody was stranded (the test ends), and every increment was exclusive.
         assert_eq!(*lock.lock().await, expected);
+    }
+
+    /// `lock_unless_parked` gives up at once on a parked holder and on its own thread, and
+    /// otherwise waits for a running holder (here, one on another thread) instead of giving up.
+    #[test]
+    fn lock_unless_parked_waits_only_for_running_holders() {
+        use std::sync::mpsc;
+        let lock = Arc::new(WriterLock::new(0u64));
+
+        // Held by this thread: waiting would never end.
+        let mut guard = lock.try_lock().expect("free");
+        assert!(lock.lock_unless_parked().is_none());
+
+        // Parked: another thread gives up at once.
+        let parked = guard.park();
+        let other = lock.clone();
+        let seen = std::thread::spawn(move || other.lock_unless_parked().is_some());
+        assert!(!seen.join().unwrap(), "waited for a parked holder");
+        drop(parked);
+        // Running again (on this thread): still ours.
+        assert!(lock.lock_unless_parked().is_none());
+
+        // Running on another thread: the waiter gets the lock once the holder lets go,
+        // whenever that is.
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        drop(guard);
+        let holder = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let mut g = lock.try_lock().expect("free");
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                *g += 1;
+            })
+        };
+        held_rx.recv().unwrap();
+        let waiter = {
+            let lock = lock.clone();
+            std::thread::spawn(move || lock.lock_unless_parked().map(|mut g| *g += 1).is_some())
+        };
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(waiter.join().unwrap(), "gave up on a running holder");
+        assert_eq!(*lock.try_lock().unwrap(), 2);
     }
 
     #[test]

@@ -4,16 +4,27 @@
 //! critical section is a room check, a slot write and a cursor store; a publisher that finds
 //! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
 //! and the publishers behind it wait parked on the mutex, not spinning.
+//!
+//! That wait for room (and an unbuffered topic's wait for its message to be handled) is the
+//! only time a publisher holds the lock across a suspension, and it marks the lock *parked*
+//! for as long (`WriterGuard::park`). So a holder that is not parked is running and lets go
+//! within its critical section, and `try_publish`, which cannot suspend, waits for it; a
+//! parked holder means the ring is full, and `try_publish` says `Full` at once. Every new
+//! await under the lock must go through `park`, or `try_publish` could wait for a task that
+//! is not running (on a current-thread runtime: forever).
 
 use std::fmt;
+use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use ringbus_core::{Builder, Full, Stage, Writer};
 
 use crate::bus::BusState;
 use crate::context::Context;
+use crate::coop;
 use crate::delivery::{Delivery, Tracker};
-use crate::error::{Error, PublishError};
+use crate::error::{Error, PublishError, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
 use crate::lock::{WriterGuard, WriterLock};
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
@@ -41,6 +52,12 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn stats(&self) -> TopicStats;
     /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+    /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
+    /// that every publish from outside the handlers that passed its closed check (made
+    /// holding the writer: see `admit`) has made its message visible.
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
     /// Subscribers still running with messages left, and how many.
     fn unhandled(&self) -> Vec<Unhandled>;
 }
@@ -67,7 +84,12 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
-        let mut guard = match self.admit(ctx) {
+        if let Some(refused) = self.refused(ctx) {
+            return Err(refused.with(msg));
+        }
+        // Yields here, holding nothing, once the task's budget is spent (see `coop`).
+        coop::proceed().await;
+        let mut guard = match self.admit() {
             Ok(Some(guard)) => guard,
             Ok(None) => match self.admit_wait(ctx).await {
                 Ok(guard) => guard,
@@ -75,17 +97,17 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             },
             Err(refused) => return Err(refused.with(msg)),
         };
-        let Some(writer) = guard.as_mut() else {
-            return Err(PublishError::Closed(msg));
-        };
         let mut msg = msg;
         loop {
+            let Some(writer) = guard.as_mut() else {
+                return Err(PublishError::Closed(msg));
+            };
             match writer.try_publish(msg) {
                 Ok(()) => break,
                 Err(Full(back)) => msg = back,
             }
             // Full: wait for room (or the end of the context, or the close).
-            match self.wait_room(writer, ctx).await {
+            match self.wait_room(&mut guard, ctx).await {
                 // The bus may have closed while we waited: a publisher from outside the
                 // handlers must not slip in after it did.
                 Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
@@ -95,14 +117,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         if self.is_unbuffered() {
-            // The message is in: wait until every subscriber has handled it (its one slot is
-            // free again). Not cancellable by the context: the message will be handled, so
-            // the publish has happened. A close stops the wait (the drain handles it).
-            tokio::select! {
-                biased;
-                _ = self.state.closing.cancelled() => {}
-                _ = writer.ready(1) => {}
-            }
+            self.wait_handled(&mut guard).await;
         }
         Ok(())
     }
@@ -117,6 +132,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         ctx: &Context,
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
+        if let Some(refused) = self.refused(ctx) {
+            return Err(refused.with(msg));
+        }
+        coop::proceed().await;
         let mut guard = match self.admitted(ctx).await {
             Ok(guard) => guard,
             Err(refused) => return Err(refused.with(msg)),
@@ -126,7 +145,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         };
         let position = writer.published();
         let watch = Watch::new(&self.tracker, position);
-        self.write_locked(writer, ctx, msg).await?;
+        self.write_locked(&mut guard, ctx, msg).await?;
         drop(guard);
         watch.keep();
         let subscribers = self
@@ -141,16 +160,19 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// The room loop of a publish, with the writer locked: as in `publish_with`.
     async fn write_locked(
         &self,
-        writer: &mut Writer<T>,
+        guard: &mut Guard<'_, T>,
         ctx: &Context,
         mut msg: T,
     ) -> Result<(), PublishError<T>> {
         loop {
+            let Some(writer) = guard.as_mut() else {
+                return Err(PublishError::Closed(msg));
+            };
             match writer.try_publish(msg) {
                 Ok(()) => break,
                 Err(Full(back)) => msg = back,
             }
-            match self.wait_room(writer, ctx).await {
+            match self.wait_room(guard, ctx).await {
                 Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
                 Wait::Room => {}
                 Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
@@ -158,32 +180,35 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         if self.is_unbuffered() {
-            tokio::select! {
-                biased;
-                _ = self.state.closing.cancelled() => {}
-                _ = writer.ready(1) => {}
-            }
+            self.wait_handled(guard).await;
         }
         Ok(())
     }
 
+    /// Publishes `msg` if the topic has room now, without suspending.
+    ///
+    /// `Full` means the slowest subscriber's queue is full, and nothing else (see `lock`):
+    /// - The writer free, it is the ring's answer.
+    /// - Held by a publisher that is running (a few instructions of ours, or user code we run
+    ///   there), we wait for it: spinning, then yielding the thread, never suspending.
+    ///   Giving up after a few spins said `Full` whenever a holder was preempted inside the
+    ///   lock, on a topic with room.
+    /// - Held by a publisher parked waiting for room (the only way a holder suspends), the
+    ///   queue is full, counting that publisher's message, which goes in first: `Full`.
+    /// - Held by this thread (user code run under the writer, such as a message's `Drop` as
+    ///   its slot is reused or a `publish_batch` iterator, publishing to the same topic): the
+    ///   room is the outer publish's to fill, and waiting would never end: `Full`.
     pub(crate) fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
+        let Some(mut guard) = self.writer.lock_unless_parked() else {
+            if self.state.refuses() {
+                return Err(PublishError::Closed(msg));
+            }
+            return Err(PublishError::Full(msg));
+        };
+        // Under the writer, as in `admit`.
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
-        // Another publisher holds the writer only for a few instructions, unless it waits
-        // for room, in which case the topic is full: try a few times, then say so.
-        let mut guard = None;
-        for _ in 0..64 {
-            if let Some(g) = self.writer.try_lock() {
-                guard = Some(g);
-                break;
-            }
-            std::hint::spin_loop();
-        }
-        let Some(mut guard) = guard else {
-            return Err(PublishError::Full(msg));
-        };
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
@@ -196,77 +221,136 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         &self,
         ctx: &Context,
         msgs: I,
-    ) -> Result<u64, PublishError<I::IntoIter>>
+    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>>
     where
         I: IntoIterator<Item = T>,
     {
         let mut msgs = msgs.into_iter();
         if self.is_unbuffered() {
+            // One message at a time, each taken from the iterator before it is refused or
+            // published: a refused one goes back in front of the rest.
             let mut n = 0;
-            for msg in msgs.by_ref() {
+            loop {
+                let Some(msg) = msgs.next() else {
+                    return Ok(n);
+                };
                 if let Err(e) = self.publish_with(ctx, msg).await {
-                    return Err(rewrap(e, msgs));
+                    return Err(e.map(|refused| Unpublished::with_refused(refused, msgs)));
                 }
                 n += 1;
             }
-            return Ok(n);
         }
-        let mut guard = match self.admitted(ctx).await {
-            Ok(guard) => guard,
-            Err(refused) => return Err(refused.with(msgs)),
-        };
-        let Some(writer) = guard.as_mut() else {
-            return Err(PublishError::Closed(msgs));
-        };
+        self.publish_chunks(ctx, msgs)
+            .await
+            .map_err(|e| e.map(Unpublished::new))
+    }
+
+    /// `publish_batch` on a buffered topic: chunks of what fits, each with one cursor store.
+    /// It takes a message from the iterator only where there is room for it (and budget to
+    /// pay for it), so an error gives back the iterator as it is.
+    async fn publish_chunks<I: Iterator<Item = T>>(
+        &self,
+        ctx: &Context,
+        mut msgs: I,
+    ) -> Result<u64, PublishError<I>> {
         let mut total = 0;
+        // Messages the budget units already spent pay for (see `coop`).
+        let mut credit = 0;
         loop {
-            let room = writer.remaining() as u64;
-            if room > 0 {
-                // Takes at most `room` messages from the iterator, with one cursor store.
-                let n = writer.try_publish_batch(&mut msgs);
-                total += n;
-                if n < room {
-                    return Ok(total); // the iterator ran dry
-                }
-                continue;
+            if let Some(refused) = self.refused(ctx) {
+                return Err(refused.with(msgs));
             }
-            match self.wait_room(writer, ctx).await {
-                Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
-                Wait::Room => {}
-                Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
-                Wait::Closed => return Err(PublishError::Closed(msgs)),
+            if credit == 0 {
+                // Yields here, holding nothing, once the task's budget is spent.
+                coop::proceed().await;
+                credit = coop::PER_UNIT;
+            }
+            let mut guard = match self.admitted(ctx).await {
+                Ok(guard) => guard,
+                Err(refused) => return Err(refused.with(msgs)),
+            };
+            loop {
+                let Some(writer) = guard.as_mut() else {
+                    return Err(PublishError::Closed(msgs));
+                };
+                let room = writer.remaining() as u64;
+                if room > 0 {
+                    // Takes at most `room` messages from the iterator, with one cursor store,
+                    // paying for them as it goes; stops early when the budget is spent.
+                    let (n, spent) = poll_fn(|cx| {
+                        let mut budgeted = coop::Budgeted {
+                            inner: &mut msgs,
+                            cx,
+                            credit: &mut credit,
+                            spent: false,
+                        };
+                        let n = writer.try_publish_batch(&mut budgeted);
+                        Poll::Ready((n, budgeted.spent))
+                    })
+                    .await;
+                    total += n;
+                    if spent {
+                        // Let go of the writer, then yield (other publishes may land
+                        // between this batch's chunks).
+                        break;
+                    }
+                    if n < room {
+                        return Ok(total); // the iterator ran dry
+                    }
+                    continue;
+                }
+                match self.wait_room(&mut guard, ctx).await {
+                    Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
+                    Wait::Room => {}
+                    Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
+                    Wait::Closed => return Err(PublishError::Closed(msgs)),
+                }
             }
         }
     }
 
-    /// Lets a publish in, or says why not: refused at once if the bus refuses it or `ctx` is
-    /// done; then the writer, taken at once if it is free (`Ok(Some)`), else `Ok(None)`: wait
-    /// for it with `admit_wait`. Every publish goes through here. Split in two so the
-    /// uncontended publish runs no second state machine (the cost gate sees one).
+    /// Refuses a publish at once, before it spends anything: if the bus refuses it, or `ctx`
+    /// is done. Every publish starts here.
     #[inline]
-    fn admit(&self, ctx: &Context) -> Result<Option<WriterGuard<'_, Option<Writer<T>>>>, Refused> {
+    fn refused(&self, ctx: &Context) -> Option<Refused> {
         if self.state.refuses() {
-            return Err(Refused::Closed);
+            return Some(Refused::Closed);
         }
         if !ctx.is_never() && ctx.is_done() {
-            return Err(Refused::Cancelled);
+            return Some(Refused::Cancelled);
         }
-        Ok(self.writer.try_lock())
+        None
+    }
+
+    /// Takes the writer if it is free (`Ok(Some)`), refusing if the bus now refuses the
+    /// publish; `Ok(None)`: wait for it with `admit_wait`. Every publish goes through here,
+    /// after `refused`. Split in two so the uncontended publish runs no second state machine
+    /// (the cost gate sees one).
+    ///
+    /// The closed check that counts is made holding the writer, here and in `admit_wait`:
+    /// `close` passes through every writer once after it set `closed` (`wait_publishers`),
+    /// so a publisher from outside the handlers that got in before has made its message
+    /// visible by then, and one that comes after sees `closed`. (Checked before the writer
+    /// only, a publisher could pass the check, stall, and write after the drain had found
+    /// everything handled: its message then reached no chained topic.)
+    #[inline]
+    fn admit(&self) -> Result<Option<Guard<'_, T>>, Refused> {
+        match self.writer.try_lock() {
+            Some(_) if self.state.refuses() => Err(Refused::Closed),
+            guard => Ok(guard),
+        }
     }
 
     /// `admit`, then `admit_wait` if the writer is taken: for the publishes off the hot path.
-    async fn admitted(&self, ctx: &Context) -> Result<WriterGuard<'_, Option<Writer<T>>>, Refused> {
-        match self.admit(ctx)? {
+    async fn admitted(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
+        match self.admit()? {
             Some(guard) => Ok(guard),
             None => self.admit_wait(ctx).await,
         }
     }
 
     /// Waits for the writer (until `ctx` ends), then refuses if the bus closed meanwhile.
-    async fn admit_wait(
-        &self,
-        ctx: &Context,
-    ) -> Result<WriterGuard<'_, Option<Writer<T>>>, Refused> {
+    async fn admit_wait(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
         let guard = if ctx.is_never() {
             self.writer.lock().await
         } else {
@@ -283,8 +367,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// Waits for room in the ring, the end of `ctx`, or the bus closing (which only stops
-    /// publishers from outside the handlers: see `BusState::refuses`).
-    async fn wait_room(&self, writer: &mut Writer<T>, ctx: &Context) -> Wait {
+    /// publishers from outside the handlers: see `BusState::refuses`). The writer stays
+    /// locked, marked parked: `try_publish` meanwhile says `Full` at once.
+    async fn wait_room(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
+        let mut parked = guard.park();
+        let Some(writer) = parked.as_mut() else {
+            return Wait::Closed;
+        };
         let refused = async {
             self.state.closing.cancelled().await;
             if !self.state.refuses() {
@@ -296,6 +385,22 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             _ = refused => Wait::Closed,
             _ = ctx.done() => Wait::Cancelled,
             _ = writer.ready(1) => Wait::Room,
+        }
+    }
+
+    /// An unbuffered topic's publish, its message in: waits until every subscriber has
+    /// handled it (its one slot is free again). Not cancellable by the context: the message
+    /// will be handled, so the publish has happened. A close stops the wait (the drain
+    /// handles it). The ring is full meanwhile, so the writer stays locked, marked parked.
+    async fn wait_handled(&self, guard: &mut Guard<'_, T>) {
+        let mut parked = guard.park();
+        let Some(writer) = parked.as_mut() else {
+            return;
+        };
+        tokio::select! {
+            biased;
+            _ = self.state.closing.cancelled() => {}
+            _ = writer.ready(1) => {}
         }
     }
 
@@ -329,6 +434,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let stall_timeout = self.state.stall_timeout(&options)?;
         if let Some(requested) = options.capacity {
             if requested != self.capacity {
                 return Err(Error::CapacityMismatch {
@@ -357,7 +463,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             name,
             self.name.clone(),
             reader.position(),
-            options.stall_timeout.or(self.state.stall_timeout),
+            stall_timeout,
         ));
         {
             // Finished subscribers are kept for `stats()` only until the next subscribe, so
@@ -381,6 +487,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The topic's writer, locked.
+type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
 
 /// A receipt registered for a publish in progress: given up if the publish does not finish.
 struct Watch<'a> {
@@ -428,18 +537,6 @@ enum Wait {
     Closed,
 }
 
-/// Puts a refused message back in front of the rest of a batch's iterator.
-fn rewrap<T, I: Iterator<Item = T>>(e: PublishError<T>, rest: I) -> PublishError<I> {
-    // The iterator type must stay `I`: the refused message is dropped here, and the error
-    // says so in the docs of `publish_batch` (everything from it on was not published).
-    match e {
-        PublishError::Closed(_) => PublishError::Closed(rest),
-        PublishError::Cancelled(_) => PublishError::Cancelled(rest),
-        PublishError::Full(_) => PublishError::Full(rest),
-        PublishError::TypeMismatch(_, t) => PublishError::TypeMismatch(rest, t),
-    }
-}
-
 impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     fn message_type(&self) -> &'static str {
         std::any::type_name::<T>()
@@ -472,6 +569,16 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         Box::pin(async move {
             // Publishers waiting for room see `closing` and let go of the writer at once.
             *self.writer.lock().await = None;
+        })
+    }
+
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        // Publishers from outside waiting for room see `closing` and let go at once; one
+        // from a handler keeps it until it has room, which the drain waits for anyway.
+        Box::pin(async move {
+            drop(self.writer.lock().await);
         })
     }
 

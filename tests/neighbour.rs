@@ -1,0 +1,176 @@
+//! Guarantee 11, a good tokio neighbour: every publish route and every subscriber's receive
+//! loop spends tokio's cooperative budget, so a publisher that always finds room and a
+//! subscriber that always finds a message still let the other tasks of their worker run:
+//! after tokio's budget of 128 operations, and never after more than 1,024 messages.
+//!
+//! Each test runs on a current-thread runtime, where a task that never yields keeps every
+//! other task waiting: a neighbour task, queued behind the busy one, records how far the busy
+//! one had got when it first ran. Counts, not clocks: the figures are exact.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use ringbus::{Batch, Bus, Context, SubscribeOptions, Topic};
+
+/// Messages the busy task has ready or room for: far more than a budget's worth.
+const MESSAGES: u64 = 20_000;
+/// tokio's cooperative budget: operations per task poll.
+const BUDGET: u64 = 128;
+/// The most messages that may pass without a yield, whatever the mix of operations.
+const MOST_BETWEEN_YIELDS: u64 = 1_024;
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+/// Spawns `busy` (which counts its progress in `progress`), then a neighbour behind it;
+/// returns how far `busy` had got when the neighbour first ran, and checks `busy` finished.
+fn neighbour_sees(
+    busy: impl Future<Output = ()> + Send + 'static,
+    progress: Arc<AtomicU64>,
+) -> u64 {
+    current_thread().block_on(async move {
+        let busy = tokio::spawn(busy);
+        let seen = progress.clone();
+        let neighbour = tokio::spawn(async move { seen.load(SeqCst) });
+        let at = neighbour.await.expect("the neighbour ran");
+        busy.await.expect("the busy task finished");
+        assert_eq!(
+            progress.load(SeqCst),
+            MESSAGES,
+            "the busy task did not finish its work"
+        );
+        at
+    })
+}
+
+type Route = fn(Bus, Topic<u64>, u64) -> Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// Every single-message publish route: true if the publish succeeded.
+const ROUTES: &[(&str, Route)] = &[
+    ("Bus::publish", |bus, _, m| {
+        Box::pin(async move { bus.publish("t", m).await.is_ok() })
+    }),
+    ("Bus::publish_with", |bus, _, m| {
+        Box::pin(async move { bus.publish_with(&Context::new(), "t", m).await.is_ok() })
+    }),
+    ("Topic::publish", |_, topic, m| {
+        Box::pin(async move { topic.publish(m).await.is_ok() })
+    }),
+    ("Topic::publish_with", |_, topic, m| {
+        let ctx = Context::new().with_cancellation(ringbus::CancellationToken::new());
+        Box::pin(async move { topic.publish_with(&ctx, m).await.is_ok() })
+    }),
+    ("Topic::publish_tracked", |_, topic, m| {
+        Box::pin(async move { topic.publish_tracked(&Context::new(), m).await.is_ok() })
+    }),
+];
+
+/// A bus whose topic "t" no subscriber gates (every publish finds room at once), and a
+/// counter of what was published.
+fn roomy() -> (Bus, Topic<u64>, Arc<AtomicU64>) {
+    let bus = Bus::new();
+    let topic = bus.topic::<u64>("t").unwrap();
+    (bus, topic, Arc::new(AtomicU64::new(0)))
+}
+
+#[test]
+fn a_publisher_that_always_finds_room_lets_its_neighbours_run() {
+    for &(name, route) in ROUTES {
+        let (bus, topic, published) = roomy();
+        let count = published.clone();
+        let at = neighbour_sees(
+            async move {
+                for m in 0..MESSAGES {
+                    assert!(route(bus.clone(), topic.clone(), m).await, "{name} failed");
+                    count.fetch_add(1, SeqCst);
+                }
+            },
+            published,
+        );
+        assert!(
+            (1..=BUDGET).contains(&at),
+            "{name}: the neighbour ran after {at} of {MESSAGES} publishes"
+        );
+    }
+}
+
+#[test]
+fn a_batch_publisher_lets_its_neighbours_run() {
+    for by_name in [false, true] {
+        let (bus, topic, published) = roomy();
+        let count = published.clone();
+        // The batch's iterator counts what the bus took from it.
+        let at = neighbour_sees(
+            async move {
+                let msgs = (0..MESSAGES).inspect(move |_| {
+                    count.fetch_add(1, SeqCst);
+                });
+                let n = if by_name {
+                    bus.publish_batch("t", msgs).await.ok()
+                } else {
+                    topic.publish_batch(&Context::new(), msgs).await.ok()
+                };
+                assert_eq!(n, Some(MESSAGES));
+            },
+            published,
+        );
+        assert!(
+            (1..=MOST_BETWEEN_YIELDS).contains(&at),
+            "publish_batch (by name: {by_name}): the neighbour ran after {at} of {MESSAGES} messages"
+        );
+    }
+}
+
+/// Publishes `MESSAGES` messages that a subscriber will find ready (nothing yields meanwhile:
+/// `try_publish` is not async), then spawns the neighbour behind the subscriber's task.
+fn subscriber_neighbour_sees(subscribe: impl FnOnce(&Bus, Arc<AtomicU64>)) -> u64 {
+    current_thread().block_on(async move {
+        let bus = Bus::builder().capacity(32_768).build();
+        let handled = Arc::new(AtomicU64::new(0));
+        subscribe(&bus, handled.clone());
+        for m in 0..MESSAGES {
+            bus.try_publish("t", m).unwrap();
+        }
+        let seen = handled.clone();
+        let neighbour = tokio::spawn(async move { seen.load(SeqCst) });
+        let at = neighbour.await.expect("the neighbour ran");
+        bus.close().await;
+        assert_eq!(handled.load(SeqCst), MESSAGES);
+        at
+    })
+}
+
+#[test]
+fn a_subscriber_that_always_finds_a_message_lets_its_neighbours_run() {
+    let at = subscriber_neighbour_sees(|bus, handled| {
+        bus.subscribe("t", move |_: &u64| {
+            handled.fetch_add(1, SeqCst);
+            std::future::ready(())
+        })
+        .unwrap();
+    });
+    assert!(
+        (1..=BUDGET).contains(&at),
+        "the neighbour ran after the subscriber handled {at} of {MESSAGES}"
+    );
+}
+
+#[test]
+fn a_batch_subscriber_lets_its_neighbours_run() {
+    let at = subscriber_neighbour_sees(|bus, handled| {
+        bus.subscribe_batch("t", SubscribeOptions::new(), move |b: Batch<'_, u64>| {
+            handled.fetch_add(b.len() as u64, SeqCst);
+            std::future::ready(())
+        })
+        .unwrap();
+    });
+    assert!(
+        (1..=MOST_BETWEEN_YIELDS).contains(&at),
+        "the neighbour ran after the batch subscriber handled {at} of {MESSAGES}"
+    );
+}
