@@ -13,10 +13,10 @@ test:
 nats:
     REQUIRE_NATS=1 cargo test -p ringbus-nats
 
-# The loom models of the ring's protocols (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
+# The loom models of the ring's protocols and the bus's writer lock (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
 loom preemptions="3":
     RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
-        cargo test -p ringbus-core --lib --release loom_
+        cargo test -p ringbus-core -p ringbus --lib --release loom_
 
 # Formatting and clippy, as CI runs them.
 lint:

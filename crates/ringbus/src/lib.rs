@@ -65,6 +65,7 @@ mod map;
 mod state;
 mod stats;
 mod subscriber;
+mod sync;
 mod time;
 mod topic;
 

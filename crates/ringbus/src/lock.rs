@@ -51,9 +51,9 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
+
+use crate::sync::{spin_hint, thread_token, yield_now, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 const LOCKED: u8 = 0b01;
 const CONTENDED: u8 = 0b10;
@@ -96,7 +96,7 @@ impl<T> WriterLock<T> {
         }
     }
 
-    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
+    fn waiters(&self) -> crate::sync::MutexGuard<'_, Waiters> {
         // Nothing panics while holding it; recover the data if something ever did.
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -157,11 +157,11 @@ impl<T> WriterLock<T> {
             // CPU away (on a machine with fewer cores than threads, possibly to the holder).
             if spins < SPINS {
                 for _ in 0..1 << spins.min(6) {
-                    std::hint::spin_loop();
+                    spin_hint();
                 }
                 spins += 1;
             } else {
-                std::thread::yield_now();
+                yield_now();
             }
         }
     }
@@ -321,16 +321,6 @@ impl<T> fmt::Debug for Lock<'_, T> {
 
 /// Spin rounds (of 1, 2, 4, ... 64 spin hints) before `lock_unless_parked` yields its thread.
 const SPINS: u32 = 10;
-
-/// A number unique to the calling thread among the threads alive (the address of a
-/// thread-local), never 0.
-#[inline]
-fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN.with(|t| t as *const u8 as usize)
-}
 
 /// Exclusive access to the locked value; unlocks on drop.
 pub(crate) struct WriterGuard<'a, T> {
@@ -520,5 +510,131 @@ mod tests {
         assert!(lock.try_lock().is_none());
         drop(g);
         assert!(lock.try_lock().is_some());
+    }
+}
+
+/// Loom models of the lock's protocols (`just loom`). Each checks mutual exclusion with an
+/// "inside" flag that a second holder would find set, and a lost wake-up shows as a deadlock.
+#[cfg(all(test, ringbus_loom))]
+mod loom_tests {
+    use super::WriterLock;
+    use loom::future::block_on;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use loom::thread;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// The locked value: a counter, and a flag a holder sets on entry and clears on exit.
+    #[derive(Default)]
+    struct Shared {
+        count: u64,
+        inside: AtomicBool,
+    }
+
+    /// What a holder does: enter, count, leave (asserting it was alone).
+    fn critical(value: &mut Shared) {
+        assert!(
+            !value.inside.swap(true, Ordering::SeqCst),
+            "two holders at once"
+        );
+        value.count += 1;
+        value.inside.store(false, Ordering::SeqCst);
+    }
+
+    /// Two tasks and a third thread's `try_lock` contend: each gets the lock once, alone, and
+    /// a waiter queued behind a holder is woken by its unlock.
+    #[test]
+    fn loom_lock_unlock_hand_off() {
+        loom::model(|| {
+            let lock = Arc::new(WriterLock::new(Shared::default()));
+            let tasks: Vec<_> = (0..2)
+                .map(|_| {
+                    let lock = lock.clone();
+                    thread::spawn(move || critical(&mut block_on(lock.lock())))
+                })
+                .collect();
+            let mut got = 2;
+            if let Some(mut guard) = lock.try_lock() {
+                critical(&mut guard);
+                got += 1;
+            }
+            for t in tasks {
+                t.join().unwrap();
+            }
+            assert_eq!(lock.try_lock().unwrap().count, got);
+        });
+    }
+
+    /// A waiter that was queued, and possibly already handed the turn, gives up (its future
+    /// is dropped) while the holder unlocks: the waiter behind it still gets the lock.
+    #[test]
+    fn loom_cancelled_waiter_passes_its_turn_on() {
+        loom::model(|| {
+            let lock = Arc::new(WriterLock::new(Shared::default()));
+            let guard = lock.try_lock().unwrap();
+            let quitter = {
+                let lock = lock.clone();
+                thread::spawn(move || {
+                    let mut wait = pin!(lock.lock());
+                    let waker = Waker::noop();
+                    if let Poll::Ready(mut guard) =
+                        wait.as_mut().poll(&mut Context::from_waker(waker))
+                    {
+                        critical(&mut guard);
+                    }
+                    // Dropped here: queued, notified, or holding nothing.
+                })
+            };
+            let patient = {
+                let lock = lock.clone();
+                thread::spawn(move || critical(&mut block_on(lock.lock())))
+            };
+            drop(guard);
+            quitter.join().unwrap();
+            patient.join().unwrap();
+            assert!(lock.try_lock().is_some());
+        });
+    }
+
+    /// `lock_unless_parked` (the non-async `try_publish`) waits for a running holder but never
+    /// for a parked one: here the holder parks and stays parked until the other thread has
+    /// its answer, so waiting for it would never end (a deadlock, to loom).
+    #[test]
+    fn loom_try_lock_never_waits_for_a_parked_holder() {
+        loom::model(|| {
+            let lock = Arc::new(WriterLock::new(Shared::default()));
+            let mut guard = lock.try_lock().unwrap();
+            let trier = {
+                let lock = lock.clone();
+                thread::spawn(move || lock.lock_unless_parked().is_some())
+            };
+            let parked = guard.park();
+            // Parked holders still hold the lock: nobody else got in.
+            assert!(!trier.join().unwrap(), "got the lock from a parked holder");
+            drop(parked);
+            drop(guard);
+        });
+    }
+
+    /// A running holder that lets go is waited for: `lock_unless_parked` gets the lock.
+    #[test]
+    fn loom_try_lock_waits_for_a_running_holder() {
+        loom::model(|| {
+            let lock = Arc::new(WriterLock::new(Shared::default()));
+            let mut guard = lock.try_lock().unwrap();
+            let trier = {
+                let lock = lock.clone();
+                thread::spawn(move || lock.lock_unless_parked().map(|mut g| critical(&mut g)))
+            };
+            critical(&mut guard);
+            drop(guard);
+            assert!(
+                trier.join().unwrap().is_some(),
+                "refused by a running holder"
+            );
+            assert_eq!(lock.try_lock().unwrap().count, 2);
+        });
     }
 }
