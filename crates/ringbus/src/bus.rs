@@ -4,11 +4,10 @@
 use std::any::Any;
 use std::fmt;
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
@@ -16,6 +15,7 @@ use crate::delivery::Delivery;
 use crate::error::{Error, PublishError, TypeMismatch, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
+use crate::progress::Progress;
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport};
 use crate::subscriber::{Subscription, CURRENT_SUBSCRIBER};
@@ -28,13 +28,9 @@ pub(crate) struct BusState {
     pub(crate) closed: AtomicBool,
     /// Cancelled by `close`: wakes publishers that wait for room or for the writer.
     pub(crate) closing: CancellationToken,
-    /// Who waits for the subscribers' progress: `close` (for good, once it waits for them
-    /// to catch up) and every outstanding delivery receipt (`Topic::publish_tracked`). While
-    /// non-zero, subscribers notify `progress` after each message. Read (Relaxed, after the
-    /// light fence) by subscribers.
-    pub(crate) progress_watchers: AtomicUsize,
-    /// Notified by subscribers while `progress_watchers` is non-zero, and when they end.
-    pub(crate) progress: Notify,
+    /// The subscribers' progress, which `close` and delivery receipts wait on (see
+    /// `progress.rs`).
+    pub(crate) progress: Progress,
     pub(crate) capacity: usize,
     pub(crate) spin: u32,
     pub(crate) max_subscribers: usize,
@@ -160,14 +156,7 @@ impl BusState {
     /// waiting for the subscribers to catch up.
     #[inline]
     pub(crate) fn progressed(&self) {
-        // Pairs with the heavy fence in `close_with`: either we see its watch, or close sees
-        // the position we stored before this. (A delivery receipt needs no fence: it is
-        // registered before its message is published, so a subscriber that handled the
-        // message sees it.)
-        ringbus_core::__private::light_fence();
-        if self.progress_watchers.load(Ordering::Relaxed) != 0 {
-            self.progress.notify_waiters();
-        }
+        self.progress.progressed();
     }
 
     /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one and the
@@ -258,8 +247,7 @@ impl BusBuilder {
         let state = Arc::new(BusState {
             closed: AtomicBool::new(false),
             closing: CancellationToken::new(),
-            progress_watchers: AtomicUsize::new(0),
-            progress: Notify::new(),
+            progress: Progress::new(),
             capacity: self.capacity,
             spin: self.spin,
             max_subscribers: self.max_subscribers,
@@ -596,7 +584,7 @@ impl Bus {
     /// How many wait on the subscribers' progress (close, delivery receipts).
     #[cfg(test)]
     pub(crate) fn progress_watchers(&self) -> usize {
-        self.inner.state.progress_watchers.load(Ordering::Relaxed)
+        self.inner.state.progress.watchers()
     }
 
     /// True once `close` has begun.
@@ -702,18 +690,13 @@ impl Bus {
         }
         // 1. Wait until every subscriber has caught up with its topic and none is in a handler
         //    (which could still publish): nothing is in flight any more.
-        state.progress_watchers.fetch_add(1, Ordering::Relaxed);
-        loop {
-            let progress = state.progress.notified();
-            let mut progress = std::pin::pin!(progress);
-            progress.as_mut().enable();
-            // Pairs with the light fence in `BusState::progressed`.
-            ringbus_core::__private::heavy_fence();
-            if self.quiescent() {
-                break;
-            }
-            progress.await;
-        }
+        //    Watching for good: the drain ends with the bus. Fenced: the watch begins while
+        //    subscribers run (see `progress.rs`).
+        state.progress.watch();
+        state
+            .progress
+            .wait_for(true, || self.quiescent().then_some(()))
+            .await;
         // 2. Close every ring: the subscribers read what is left, then end.
         let topics = self.topics();
         for topic in &topics {

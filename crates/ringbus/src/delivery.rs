@@ -6,7 +6,8 @@
 //! locally (the NATS link acks a JetStream message this way). It costs the topic's
 //! subscribers nothing while no receipt is outstanding: one relaxed load per message.
 //!
-//! The protocol rides on the bus's progress notification (the one `close` waits on):
+//! The protocol rides on the bus's progress notification (the one `close` waits on; see
+//! `progress.rs`, where its handshake is loom-checked):
 //! - A receipt is registered under the topic's writer lock *before* the message is written:
 //!   the bus's `progress_watchers` goes up and the position gets an entry in `failures`.
 //!   The ring's publication (release) then carries both to any subscriber that reads the
@@ -22,7 +23,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::bus::BusState;
@@ -51,13 +51,13 @@ impl Tracker {
     /// Registers a receipt for `position`, before the message is written there.
     pub(crate) fn watch(&self, position: u64) {
         self.failures().insert(position, 0);
-        self.state.progress_watchers.fetch_add(1, Ordering::Relaxed);
+        self.state.progress.watch();
     }
 
     /// Drops the receipt for `position`.
     pub(crate) fn unwatch(&self, position: u64) {
         self.failures().remove(&position);
-        self.state.progress_watchers.fetch_sub(1, Ordering::Relaxed);
+        self.state.progress.unwatch();
     }
 
     /// A handler failed on the messages at `start..start + len`. Called before the
@@ -121,28 +121,27 @@ impl Delivery {
     /// Cancel safe: it only watches. Dropping the future (or the `Delivery`) changes nothing
     /// for the message or its subscribers.
     pub async fn wait(self) -> Delivered {
-        let (handled, missed) = loop {
-            let notified = self.tracker.state.progress.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let (mut done, mut gone, mut pending) = (0, 0, false);
-            for sub in &self.subscribers {
-                // Read before the position: once a task has ended, its position is final.
-                let ended = sub.done.is_cancelled();
-                if sub.position() > self.position {
-                    done += 1;
-                } else if ended {
-                    gone += 1;
-                } else {
-                    pending = true;
-                    break;
+        // Unfenced: the receipt was counted before its message was published (module docs).
+        let (handled, missed) = self
+            .tracker
+            .state
+            .progress
+            .wait_for(false, || {
+                let (mut done, mut gone) = (0, 0);
+                for sub in &self.subscribers {
+                    // Read before the position: once a task has ended, its position is final.
+                    let ended = sub.done.is_cancelled();
+                    if sub.position() > self.position {
+                        done += 1;
+                    } else if ended {
+                        gone += 1;
+                    } else {
+                        return None;
+                    }
                 }
-            }
-            if !pending {
-                break (done, gone);
-            }
-            notified.await;
-        };
+                Some((done, gone))
+            })
+            .await;
         let failed = self
             .tracker
             .failures()

@@ -62,6 +62,7 @@ mod error;
 mod handler;
 mod lock;
 mod map;
+mod progress;
 mod state;
 mod stats;
 mod subscriber;

@@ -1,9 +1,11 @@
 //! The synchronisation primitives of the bus's lock-free parts, in one place, so that under
 //! `--cfg ringbus_loom` the model checker can swap them for its own (see `lock.rs`'s models).
 //!
-//! Only `WriterLock` goes through this shim today: it is the bus's one hand-written lock.
-//! The rest of the bus is built on tokio's primitives and on `ringbus-core`'s ring, which
-//! has its own loom models.
+//! `WriterLock` (the bus's one hand-written lock) and `Progress` (the notification `close` and
+//! delivery receipts wait on) go through this shim. The rest of the bus is built on tokio's
+//! primitives and on `ringbus-core`'s ring, which has its own loom models. Under loom,
+//! tokio's `Notify` is replaced by a stand-in with the part of its contract `Progress` relies
+//! on (below).
 
 #[cfg(not(ringbus_loom))]
 pub(crate) use std::sync::{
@@ -11,11 +13,85 @@ pub(crate) use std::sync::{
     Mutex, MutexGuard,
 };
 
+#[cfg(not(ringbus_loom))]
+pub(crate) use tokio::sync::Notify;
+
 #[cfg(ringbus_loom)]
 pub(crate) use loom::sync::{
     atomic::{AtomicU8, AtomicUsize, Ordering},
     Mutex, MutexGuard,
 };
+
+#[cfg(ringbus_loom)]
+pub(crate) use loom_notify::Notify;
+
+/// A stand-in for tokio's `Notify` under loom, with the contract `Progress` relies on:
+/// `notify_waiters` wakes every `Notified` created before it (polled or not), and its
+/// counter is a SeqCst read-modify-write that `notified()` loads (SeqCst), as in tokio.
+#[cfg(ringbus_loom)]
+mod loom_notify {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::sync::Mutex;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    pub(crate) struct Notify {
+        /// `notify_waiters` calls so far; changed under `waiters`.
+        calls: AtomicUsize,
+        waiters: Mutex<Vec<Waker>>,
+    }
+
+    impl Notify {
+        pub(crate) fn new() -> Self {
+            Self {
+                calls: AtomicUsize::new(0),
+                waiters: Mutex::new(Vec::new()),
+            }
+        }
+
+        pub(crate) fn notify_waiters(&self) {
+            let mut waiters = self.waiters.lock().unwrap();
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let woken = std::mem::take(&mut *waiters);
+            drop(waiters);
+            for waker in woken {
+                waker.wake();
+            }
+        }
+
+        pub(crate) fn notified(&self) -> Notified<'_> {
+            Notified {
+                notify: self,
+                calls: self.calls.load(Ordering::SeqCst),
+            }
+        }
+    }
+
+    pub(crate) struct Notified<'a> {
+        notify: &'a Notify,
+        /// `calls` when this was created: any later call completes it.
+        calls: usize,
+    }
+
+    impl Notified<'_> {
+        /// tokio registers here; the stand-in needs nothing (`calls` already tells).
+        pub(crate) fn enable(self: Pin<&mut Self>) {}
+    }
+
+    impl Future for Notified<'_> {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let mut waiters = self.notify.waiters.lock().unwrap();
+            if self.notify.calls.load(Ordering::SeqCst) != self.calls {
+                return Poll::Ready(());
+            }
+            waiters.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
 
 /// A hint inside a spin loop; under loom, a yield so the model can make progress.
 #[inline]
