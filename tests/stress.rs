@@ -329,97 +329,129 @@ fn run_round(seed: u64) {
             close_at,
             close_signal: Mutex::new(Some(close_tx)),
         });
+        // A lost wake-up would park some task for good: the watchdog turns that into a
+        // failure naming the round, instead of a hang.
+        let watched = round.clone();
+        let body = async {
+            // Two subscribers that stay until the close.
+            let mut stayers = Vec::new();
+            for (i, batch) in [false, true].into_iter().enumerate() {
+                let log = Log::new();
+                let name = format!("stays{i}");
+                let subscribe_called = round.stamp();
+                let sub = subscribe(&bus, &name, batch, &log).unwrap();
+                let subscribe_returned = round.stamp();
+                stayers.push((sub, log, name, subscribe_called, subscribe_returned));
+            }
 
-        // Two subscribers that stay until the close.
-        let mut stayers = Vec::new();
-        for (i, batch) in [false, true].into_iter().enumerate() {
-            let log = Log::new();
-            let name = format!("stays{i}");
-            let subscribe_called = round.stamp();
-            let sub = subscribe(&bus, &name, batch, &log).unwrap();
-            let subscribe_returned = round.stamp();
-            stayers.push((sub, log, name, subscribe_called, subscribe_returned));
-        }
-
-        // The close comes from outside, or (every other round) from inside a handler.
-        let from_handler = rng.chance(50);
-        let (stamps_tx, stamps_rx) = tokio::sync::oneshot::channel();
-        let stamps_tx = Mutex::new(Some(stamps_tx));
-        let r = round.clone();
-        let _control = bus
-            .subscribe("ctl", move |_: &()| {
-                let (round, tx) = (r.clone(), stamps_tx.lock().unwrap().take());
-                async move {
-                    let called = round.stamp();
-                    round.bus.close().await;
-                    let returned = round.stamp();
-                    if let Some(tx) = tx {
-                        let _ = tx.send((called, returned));
+            // The close comes from outside, or (every other round) from inside a handler.
+            let from_handler = rng.chance(50);
+            let (stamps_tx, stamps_rx) = tokio::sync::oneshot::channel();
+            let stamps_tx = Mutex::new(Some(stamps_tx));
+            let r = round.clone();
+            let _control = bus
+                .subscribe("ctl", move |_: &()| {
+                    let (round, tx) = (r.clone(), stamps_tx.lock().unwrap().take());
+                    async move {
+                        let called = round.stamp();
+                        round.bus.close().await;
+                        let returned = round.stamp();
+                        if let Some(tx) = tx {
+                            let _ = tx.send((called, returned));
+                        }
                     }
-                }
-            })
-            .unwrap();
-        let closer = {
-            let round = round.clone();
-            tokio::spawn(async move {
-                close_rx.await.unwrap();
-                if from_handler {
-                    round.bus.publish("ctl", ()).await.unwrap();
-                    stamps_rx.await.unwrap()
-                } else {
-                    let called = round.stamp();
-                    round.bus.close().await;
-                    (called, round.stamp())
-                }
-            })
-        };
-        let publishers: Vec<_> = (0..PUBLISHERS)
-            .map(|p| tokio::spawn(publisher(round.clone(), p, rng.next_u64())))
-            .collect();
-        let churners: Vec<_> = (0..CHURNERS)
-            .map(|c| tokio::spawn(churner(round.clone(), c, rng.next_u64())))
-            .collect();
+                })
+                .unwrap();
+            let closer = {
+                let round = round.clone();
+                tokio::spawn(async move {
+                    close_rx.await.unwrap();
+                    if from_handler {
+                        round.bus.publish("ctl", ()).await.unwrap();
+                        stamps_rx.await.unwrap()
+                    } else {
+                        let called = round.stamp();
+                        round.bus.close().await;
+                        (called, round.stamp())
+                    }
+                })
+            };
+            let publishers: Vec<_> = (0..PUBLISHERS)
+                .map(|p| tokio::spawn(publisher(round.clone(), p, rng.next_u64())))
+                .collect();
+            let churners: Vec<_> = (0..CHURNERS)
+                .map(|c| tokio::spawn(churner(round.clone(), c, rng.next_u64())))
+                .collect();
 
-        let mut publishes = HashMap::new();
-        for p in publishers {
-            publishes.extend(p.await.unwrap());
-        }
-        let (_close_called, close_returned) = closer.await.unwrap();
-        let mut windows = Vec::new();
-        for c in churners {
-            windows.extend(c.await.unwrap());
-        }
-        if from_handler {
-            // A close from inside a handler returns at once and drains in the background; a
-            // close from outside waits for that drain.
+            let mut publishes = HashMap::new();
+            for p in publishers {
+                publishes.extend(p.await.unwrap());
+            }
+            let (_close_called, close_returned) = closer.await.unwrap();
+            let mut windows = Vec::new();
+            for c in churners {
+                windows.extend(c.await.unwrap());
+            }
+            if from_handler {
+                // A close from inside a handler returns at once and drains in the background; a
+                // close from outside waits for that drain.
+                bus.close().await;
+            }
+            for (sub, log, name, subscribe_called, subscribe_returned) in stayers {
+                assert!(sub.is_finished(), "{name} outlived the close");
+                windows.push(Window {
+                    name,
+                    subscribe_called,
+                    subscribe_returned,
+                    unsubscribe_called: u64::MAX,
+                    unsubscribe_returned: u64::MAX,
+                    received: log.snapshot(),
+                });
+            }
+            // Waits for the control subscriber too, after a close from its handler.
             bus.close().await;
+            let stats = bus.stats();
+            let topic = stats.topics.iter().find(|t| t.name == "s").unwrap();
+            for s in &topic.subscribers {
+                assert!(
+                    !s.running,
+                    "{} still running after everything ended",
+                    s.name
+                );
+                assert_eq!((s.errors, s.panics, s.detached), (0, 0, false), "{s:?}");
+            }
+            check(&publishes, &windows, close_returned);
+            summary(seed, capacity, from_handler, &publishes, &windows);
+        };
+        tokio::select! {
+            () = body => {}
+            events = stalled(&watched) => panic!(
+                "stress round {seed} (capacity {capacity}): no event for {STALL:?} after \
+                 {events} events (a lost wake-up?); {:?}",
+                watched.bus.stats()
+            ),
         }
-        for (sub, log, name, subscribe_called, subscribe_returned) in stayers {
-            assert!(sub.is_finished(), "{name} outlived the close");
-            windows.push(Window {
-                name,
-                subscribe_called,
-                subscribe_returned,
-                unsubscribe_called: u64::MAX,
-                unsubscribe_returned: u64::MAX,
-                received: log.snapshot(),
-            });
-        }
-        // Waits for the control subscriber too, after a close from its handler.
-        bus.close().await;
-        let stats = bus.stats();
-        let topic = stats.topics.iter().find(|t| t.name == "s").unwrap();
-        for s in &topic.subscribers {
-            assert!(
-                !s.running,
-                "{} still running after everything ended",
-                s.name
-            );
-            assert_eq!((s.errors, s.panics, s.detached), (0, 0, false), "{s:?}");
-        }
-        check(&publishes, &windows, close_returned);
-        summary(seed, capacity, from_handler, &publishes, &windows);
     });
+}
+
+/// How long a round may go without any event (publish, subscribe, close...) before its
+/// watchdog fails it: far longer than any step takes on a loaded machine.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Returns (with the event count) once `round` has gone `STALL` without a new event. Polls
+/// the count every few milliseconds: a watchdog, not synchronisation.
+async fn stalled(round: &Round) -> u64 {
+    let mut last = round.clock.load(SeqCst);
+    let mut since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = round.clock.load(SeqCst);
+        if now != last {
+            (last, since) = (now, tokio::time::Instant::now());
+        } else if since.elapsed() > STALL {
+            return now;
+        }
+    }
 }
 
 fn check(publishes: &HashMap<u64, Publish>, windows: &[Window], close_returned: u64) {
