@@ -629,6 +629,12 @@ impl Bus {
     /// [`close`](Self::close) bounded by `ctx`: if it ends first, the subscribers still
     /// running are aborted and the report says what each left unhandled.
     ///
+    /// tokio can abort a task only between two polls. A subscriber whose handler is running
+    /// and has not yielded when `ctx` ends cannot be stopped at once: it is reported with
+    /// [`running`](crate::Unhandled::running) true, takes no further message, and ends when
+    /// that handler call returns (or at its next yield). Every other one is stopped before
+    /// this returns: it runs no handler again.
+    ///
     /// From inside a handler, as [`close`](Self::close): the drain starts in the background
     /// (unbounded) and the report says `complete: false` with nothing listed.
     ///
@@ -663,20 +669,14 @@ impl Bus {
         let topics = self.topics();
         let mut unfinished = Vec::new();
         for topic in &topics {
-            unfinished.extend(topic.unhandled());
-            for sub in topic.subscribers() {
-                if !sub.done.is_cancelled() {
-                    if let Some(abort) = sub.abort.get() {
-                        abort.abort();
-                    }
-                }
-            }
+            unfinished.extend(topic.stop_subscribers());
         }
         for topic in &topics {
             topic.close().await;
         }
         tracing::warn!(
             unfinished = unfinished.len(),
+            still_running = unfinished.iter().filter(|u| u.running).count(),
             "ringbus close ended by its context before the drain finished"
         );
         CloseReport {
