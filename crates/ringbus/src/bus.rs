@@ -93,7 +93,11 @@ struct Inner {
 /// 1. **Order.** Each subscriber handles a topic's messages in the order their publishes
 ///    completed.
 /// 2. **No loss.** A message whose publish returned `Ok` is handled by every subscriber that
-///    was subscribed when the publish began, across `unsubscribe` and `close`.
+///    was subscribed when the publish began, across `close`, and across `unsubscribe` for
+///    every message that was in the topic when `unsubscribe` was called: a subscriber that
+///    unsubscribes handles exactly what was published to its topic before the call (every
+///    publish that had returned `Ok` by then), and nothing that lands after it, even from a
+///    publish that began before (say, one waiting for room).
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;

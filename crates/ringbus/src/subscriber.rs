@@ -467,9 +467,12 @@ impl Subscription {
         self.sub.ended()
     }
 
-    /// Stops the subscriber: it handles every message that was published before this call,
-    /// then leaves the topic and its task ends. A publisher waiting for room because of this
-    /// subscriber is released as it works through (and then leaves) its queue.
+    /// Stops the subscriber: it handles every message that was in its topic when this was
+    /// called (every publish that had returned `Ok` by then), then leaves the topic and its
+    /// task ends. A message that lands after the call is not handled by it, even if its
+    /// publish began before (one waiting for room, say): the cut is the topic's count at the
+    /// call. A publisher waiting for room because of this subscriber is released as it works
+    /// through (and then leaves) its queue.
     ///
     /// # Cancel safety
     ///
