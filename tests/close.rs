@@ -474,3 +474,61 @@ async fn close_waits_for_an_outside_publish_in_flight() {
     );
     assert_eq!(chain.stats().errors, 0);
 }
+
+/// A bounded close that ends while a handler is blocked without yielding (here: spinning on
+/// a flag on its worker thread) cannot abort that subscriber until the handler yields. Its
+/// report must say what is true when it returns: that subscriber is still running; one whose
+/// handler was waiting (yielding) was aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_close_reports_a_handler_that_does_not_yield_as_running() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let bus = Bus::builder().capacity(8).build();
+    let release = Arc::new(AtomicBool::new(false));
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let spinning = release.clone();
+    let blocked = bus
+        .subscribe_with(
+            "t",
+            SubscribeOptions::new().name("blocked"),
+            move |m: &u64| {
+                let _ = entered_tx.send(*m);
+                // Blocks its worker thread: no yield until released.
+                while !spinning.load(SeqCst) {
+                    std::hint::spin_loop();
+                }
+                std::future::ready(())
+            },
+        )
+        .unwrap();
+    let waiting = bus
+        .subscribe_with("t", SubscribeOptions::new().name("waiting"), |_: &u64| {
+            std::future::pending::<()>()
+        })
+        .unwrap();
+    for m in 0..4u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    assert_eq!(entered.recv().await, Some(0));
+
+    let token = CancellationToken::new();
+    token.cancel();
+    let report = bus.close_with(&Context::from(token)).await;
+    let still_running = blocked.stats().running;
+    release.store(true, SeqCst);
+
+    assert!(!report.complete);
+    let reported: Vec<_> = report
+        .unfinished
+        .iter()
+        .map(|u| (u.subscriber.as_str(), u.running))
+        .collect();
+    assert!(
+        still_running,
+        "the blocked handler cannot have been aborted"
+    );
+    assert!(reported.contains(&("blocked", true)), "{report:?}");
+    assert!(reported.contains(&("waiting", false)), "{report:?}");
+    assert!(!waiting.stats().running, "{:?}", waiting.stats());
+    // Released, the blocked subscriber reads what is left of its closed ring and ends.
+    blocked.unsubscribe().await;
+}

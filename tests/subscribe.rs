@@ -144,6 +144,8 @@ async fn unsubscribe_releases_a_publisher_waiting_on_that_subscriber() {
         "the leaving subscriber did not release the publisher"
     );
     assert_ready_ok!(waiting.poll());
+    // Message 2's publish began before the unsubscribe and returned Ok, but landed after it:
+    // the leaver does not handle it (guarantee 2, as `Subscription::unsubscribe` states).
     // Nothing gates the topic but the fast subscriber now, though the gate stays shut: with
     // the slow one still in, these would wait for it forever (a failure, not a hang).
     let publishes = async {

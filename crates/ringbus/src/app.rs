@@ -193,6 +193,7 @@ impl App {
                     topic = %u.topic,
                     subscriber = %u.subscriber,
                     unhandled = u.messages,
+                    still_running = u.running,
                     "ringbus app: drain timed out"
                 );
             }

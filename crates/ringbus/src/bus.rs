@@ -89,7 +89,11 @@ struct Inner {
 /// 1. **Order.** Each subscriber handles a topic's messages in the order their publishes
 ///    completed.
 /// 2. **No loss.** A message whose publish returned `Ok` is handled by every subscriber that
-///    was subscribed when the publish began, across `unsubscribe` and `close`.
+///    was subscribed when the publish began, across `close`, and across `unsubscribe` for
+///    every message that was in the topic when `unsubscribe` was called: a subscriber that
+///    unsubscribes handles exactly what was published to its topic before the call (every
+///    publish that had returned `Ok` by then), and nothing that lands after it, even from a
+///    publish that began before (say, one waiting for room).
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
@@ -617,6 +621,12 @@ impl Bus {
     /// [`close`](Self::close) bounded by `ctx`: if it ends first, the subscribers still
     /// running are aborted and the report says what each left unhandled.
     ///
+    /// tokio can abort a task only between two polls. A subscriber whose handler is running
+    /// and has not yielded when `ctx` ends cannot be stopped at once: it is reported with
+    /// [`running`](crate::Unhandled::running) true, takes no further message, and ends when
+    /// that handler call returns (or at its next yield). Every other one is stopped before
+    /// this returns: it runs no handler again.
+    ///
     /// From inside a handler, as [`close`](Self::close): the drain starts in the background
     /// (unbounded) and the report says `complete: false` with nothing listed.
     ///
@@ -651,20 +661,14 @@ impl Bus {
         let topics = self.topics();
         let mut unfinished = Vec::new();
         for topic in &topics {
-            unfinished.extend(topic.unhandled());
-            for sub in topic.subscribers() {
-                if !sub.done.is_cancelled() {
-                    if let Some(abort) = sub.abort.get() {
-                        abort.abort();
-                    }
-                }
-            }
+            unfinished.extend(topic.stop_subscribers());
         }
         for topic in &topics {
             topic.close().await;
         }
         tracing::warn!(
             unfinished = unfinished.len(),
+            still_running = unfinished.iter().filter(|u| u.running).count(),
             "ringbus close ended by its context before the drain finished"
         );
         CloseReport {

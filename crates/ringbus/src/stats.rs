@@ -45,7 +45,8 @@ pub struct SubscriberStats {
     pub panics: u64,
     /// Detached after a stall.
     pub detached: bool,
-    /// Its task is still running.
+    /// Its task may still run its handler: it has not ended, and was not stopped by a
+    /// bounded close.
     pub running: bool,
 }
 
@@ -56,7 +57,9 @@ pub struct SubscriberStats {
 pub struct CloseReport {
     /// True when every accepted message was handled and every task finished.
     pub complete: bool,
-    /// The subscribers that had messages left unhandled (their tasks were aborted).
+    /// The subscribers that had messages left unhandled: stopped (they run no handler
+    /// again), or, where [`Unhandled::running`], still in a handler call that had not
+    /// yielded (it takes no further message and ends when that call returns).
     pub unfinished: Vec<Unhandled>,
 }
 
@@ -68,6 +71,11 @@ pub struct Unhandled {
     pub topic: String,
     /// The subscriber's name.
     pub subscriber: String,
-    /// Messages it had not handled.
+    /// Messages it had not handled when the report was made (a running handler's message
+    /// included).
     pub messages: u64,
+    /// True if it could not be stopped: its handler was running and had not yielded (tokio
+    /// aborts a task only between two polls). It takes no further message and ends when that
+    /// handler call returns.
+    pub running: bool,
 }

@@ -5,12 +5,24 @@
 //! rest of the bus is a [`SubShared`]: counters that only the task writes (plain stores,
 //! read only by `stats()`), the unsubscribe request (`stop_at`, a position) with the waker
 //! that delivers it, and a token cancelled when the task has finished.
+//!
+//! # Stopping a task that may be inside a handler
+//!
+//! A bounded close that runs out of time aborts the tasks left, but tokio can only drop a
+//! task between two polls: a handler that does not yield keeps its task running. So that
+//! the close reports what is true, the task's future is wrapped in [`Supervised`], which
+//! keeps `polls` at `POLLING` for the length of each poll. `SubShared::stop` (the close)
+//! turns `IDLE` into `STOPPED` with a compare-and-swap: won, no poll is under way and none
+//! will run the task's code again (a stopped task's next poll, which the abort schedules,
+//! ends it without running its code), so it handles nothing more; lost, a poll is under way (a handler
+//! call that has not yielded, or the loop between two messages), and the task is reported
+//! running: it stops after that handler call (`stop_at` is lowered to 0) or at the abort.
 
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Poll};
 use std::time::Duration;
@@ -36,6 +48,45 @@ tokio::task_local! {
 
 /// No unsubscribe requested.
 const RUNNING: u64 = u64::MAX;
+
+/// `SubShared::polls`: the task is not being polled.
+const IDLE: u8 = 0;
+/// The task is being polled.
+const POLLING: u8 = 1;
+/// Stopped by a bounded close between two polls: it is never polled into its code again.
+const STOPPED: u8 = 2;
+
+pin_project_lite::pin_project! {
+    /// A subscriber's task future, its polls tracked in `SubShared::polls` (see the module
+    /// docs).
+    pub(crate) struct Supervised<F> {
+        pub(crate) sub: Arc<SubShared>,
+        #[pin]
+        pub(crate) task: F,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Supervised<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let this = self.project();
+        let polls = &this.sub.polls;
+        // Acquire/Release: only the exclusion with `SubShared::stop` matters here.
+        if polls
+            .compare_exchange(IDLE, POLLING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // Stopped: end here, without running the task's code (dropping it ends the
+            // subscriber). It was aborted as well, which schedules this poll.
+            return Poll::Ready(());
+        }
+        let poll = this.task.poll(cx);
+        // Release: pairs with the compare-and-swap in `SubShared::stop`.
+        polls.store(IDLE, Ordering::Release);
+        poll
+    }
+}
 
 pub(crate) struct SubShared {
     /// The bus, for `BusState::progressed`.
@@ -67,6 +118,9 @@ pub(crate) struct SubShared {
     pub(crate) done: CancellationToken,
     /// Set right after spawning.
     pub(crate) abort: OnceLock<AbortHandle>,
+    /// `IDLE`, `POLLING` (the task is being polled) or `STOPPED` (by a bounded close): see
+    /// the module docs.
+    polls: AtomicU8,
     stall_timeout: Option<Duration>,
 }
 
@@ -95,7 +149,33 @@ impl SubShared {
             waker: AtomicWaker::new(),
             done: CancellationToken::new(),
             abort: OnceLock::new(),
+            polls: AtomicU8::new(IDLE),
             stall_timeout,
+        }
+    }
+
+    /// True once the task can run no handler again: it has ended, or a bounded close stopped
+    /// it between two polls.
+    pub(crate) fn ended(&self) -> bool {
+        self.done.is_cancelled() || self.polls.load(Ordering::Acquire) == STOPPED
+    }
+
+    /// Stops the task for a bounded close that ran out of time: it takes no further message,
+    /// and is aborted. True if it will run no handler again; false if a poll is under way (a
+    /// handler call that has not yielded cannot be stopped: the task ends after it).
+    pub(crate) fn stop(&self) -> bool {
+        self.stop_at(0);
+        if let Some(abort) = self.abort.get() {
+            abort.abort();
+        }
+        // AcqRel: won, it reads from the task's Release store of `IDLE` after its last poll,
+        // so the position we then report is final.
+        match self
+            .polls
+            .compare_exchange(IDLE, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(now) => now == STOPPED || self.done.is_cancelled(),
         }
     }
 
@@ -125,7 +205,7 @@ impl SubShared {
             errors: self.errors.load(Ordering::Relaxed),
             panics: self.panics.load(Ordering::Relaxed),
             detached,
-            running: !self.done.is_cancelled(),
+            running: !self.ended(),
         }
     }
 
@@ -381,14 +461,18 @@ impl Subscription {
         self.sub.stats(self.topic.published())
     }
 
-    /// True once the subscriber's task has ended (unsubscribed, closed, or detached).
+    /// True once the subscriber's task has ended (unsubscribed, closed, or detached), or can
+    /// run no handler again (stopped by a bounded close).
     pub fn is_finished(&self) -> bool {
-        self.sub.done.is_cancelled()
+        self.sub.ended()
     }
 
-    /// Stops the subscriber: it handles every message that was published before this call,
-    /// then leaves the topic and its task ends. A publisher waiting for room because of this
-    /// subscriber is released as it works through (and then leaves) its queue.
+    /// Stops the subscriber: it handles every message that was in its topic when this was
+    /// called (every publish that had returned `Ok` by then), then leaves the topic and its
+    /// task ends. A message that lands after the call is not handled by it, even if its
+    /// publish began before (one waiting for room, say): the cut is the topic's count at the
+    /// call. A publisher waiting for room because of this subscriber is released as it works
+    /// through (and then leaves) its queue.
     ///
     /// # Cancel safety
     ///

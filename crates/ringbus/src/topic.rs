@@ -58,8 +58,9 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn wait_publishers(
         &self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-    /// Subscribers still running with messages left, and how many.
-    fn unhandled(&self) -> Vec<Unhandled>;
+    /// Stops every subscriber still running (`SubShared::stop`), and says which ones had
+    /// messages left, how many, and whether they are still running.
+    fn stop_subscribers(&self) -> Vec<Unhandled>;
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
@@ -472,7 +473,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             subscribers.retain(|s| !s.done.is_cancelled());
             subscribers.push(sub.clone());
         }
-        let handle = runtime.spawn(CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())));
+        let handle = runtime.spawn(subscriber::Supervised {
+            sub: sub.clone(),
+            task: CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())),
+        });
         let _ = sub.abort.set(handle.abort_handle());
         tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
         Ok(Subscription {
@@ -582,15 +586,24 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         })
     }
 
-    fn unhandled(&self) -> Vec<Unhandled> {
-        let published = self.published();
-        self.subscribers()
-            .iter()
+    fn stop_subscribers(&self) -> Vec<Unhandled> {
+        let running: Vec<_> = self
+            .subscribers()
+            .into_iter()
             .filter(|s| !s.done.is_cancelled())
-            .map(|s| Unhandled {
+            .map(|s| {
+                let stopped = s.stop();
+                (s, stopped)
+            })
+            .collect();
+        let published = self.published();
+        running
+            .iter()
+            .map(|(s, stopped)| Unhandled {
                 topic: self.name.to_string(),
                 subscriber: s.name.to_string(),
                 messages: published.saturating_sub(s.position()),
+                running: !stopped,
             })
             // An idle subscriber (caught up, so not in a handler) left nothing unhandled; it
             // is still running only because the rings close after the drain.
