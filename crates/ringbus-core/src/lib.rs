@@ -102,6 +102,7 @@ pub mod __private {
 /// # drop(stage);
 /// ```
 #[derive(Clone, Debug)]
+#[must_use = "a Builder does nothing until `.build()` makes the ring"]
 pub struct Builder {
     capacity: usize,
     spin: u32,

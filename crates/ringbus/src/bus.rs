@@ -136,6 +136,7 @@ pub struct Bus {
 
 /// Configures a [`Bus`].
 #[derive(Clone)]
+#[must_use = "a BusBuilder does nothing until `.build()` makes the bus"]
 pub struct BusBuilder {
     states: States,
     capacity: usize,
@@ -459,6 +460,58 @@ impl Bus {
     /// The subscriber is a tokio task spawned on the current runtime. It gates publishers: a
     /// slow handler makes `publish` wait (see
     /// [`subscribe_with`](Self::subscribe_with) for a stall timeout).
+    ///
+    /// # Which closure
+    ///
+    /// The handler gets each message as `&T`, borrowed in place from the ring, and its future
+    /// must be `Send`. Three closure forms do that (see [`Handler`]):
+    ///
+    /// - `async |msg: &T| ...`: an async closure (Rust 1.85); its future may borrow `msg`,
+    ///   across awaits too. It may capture `Copy` values (`move`), but not state it uses by
+    ///   reference: the compiler then says "async closure does not implement `Fn` because it
+    ///   captures state from its environment". For state, use the next two forms.
+    /// - [`with_state`](crate::with_state)`(state, async |state: &S, msg: &T| ...)`: the state
+    ///   is lent to each call, with the message.
+    /// - `|msg: &T| { let x = ..copy out of msg..; async move { ... } }`: a closure that returns
+    ///   an `async move` block. The block cannot borrow `msg` (the error is "lifetime may not
+    ///   live long enough"): copy what it needs out of the message first.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use ringbus::{with_state, Bus};
+    ///
+    /// struct Order { id: u64, note: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::new();
+    /// // Borrows the message, across an await.
+    /// let log = bus.subscribe("orders", async |order: &Order| {
+    ///     tokio::task::yield_now().await;
+    ///     println!("order {}: {}", order.id, order.note);
+    /// })?;
+    /// // State lent with the message.
+    /// let count = bus.subscribe(
+    ///     "orders",
+    ///     with_state(AtomicU64::new(0), async |seen: &AtomicU64, _: &Order| {
+    ///         seen.fetch_add(1, Ordering::Relaxed);
+    ///     }),
+    /// )?;
+    /// // Copies out, then moves its captures into the future.
+    /// let total = Arc::new(AtomicU64::new(0));
+    /// let sum = bus.subscribe("orders", {
+    ///     let total = total.clone();
+    ///     move |order: &Order| {
+    ///         let (id, total) = (order.id, total.clone());
+    ///         async move { total.fetch_add(id, Ordering::Relaxed); }
+    ///     }
+    /// })?;
+    /// bus.publish("orders", Order { id: 7, note: "gift wrap".into() }).await?;
+    /// bus.close().await;
+    /// assert_eq!(total.load(Ordering::Relaxed), 7);
+    /// # drop((log, count, sum));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 /// # }
 /// ```
 #[derive(Clone, Debug, Default)]
+#[must_use = "a Context limits nothing until it is passed to a publish (`publish_with(&ctx, ..)`)"]
 pub struct Context {
     deadline: Option<Instant>,
     token: Option<CancellationToken>,

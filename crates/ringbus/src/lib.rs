@@ -71,7 +71,8 @@ pub use context::Context;
 pub use delivery::{Delivered, Delivery};
 pub use error::{Error, PublishError, TypeMismatch};
 pub use handler::{
-    Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
+    with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
+    HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
 pub use ringbus_core as ring;
 pub use ringbus_macros::subscriber;
