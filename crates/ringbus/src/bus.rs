@@ -39,6 +39,9 @@ pub(crate) struct BusState {
     pub(crate) spin: u32,
     pub(crate) max_subscribers: usize,
     pub(crate) stall_timeout: Option<Duration>,
+    /// Strict routing: a publish to a topic with no subscriber is refused
+    /// ([`PublishError::NoSubscriber`]) instead of counted as unrouted.
+    pub(crate) strict: bool,
 }
 
 /// Process-unique subscriber ids, so a handler's `close` recognises its own task whatever bus
@@ -94,6 +97,9 @@ struct Inner {
 ///    completed.
 /// 2. **No loss.** A message whose publish returned `Ok` is handled by every subscriber that
 ///    was subscribed when the publish began, across `unsubscribe` and `close`.
+///    One published when the topic had no subscriber reaches nobody: it is counted in
+///    [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic, or
+///    refused with the message back on a [strict](BusBuilder::strict) bus.
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
@@ -144,6 +150,7 @@ pub struct BusBuilder {
     spin: u32,
     max_subscribers: usize,
     stall_timeout: Option<Duration>,
+    strict: bool,
 }
 
 impl BusState {
@@ -178,6 +185,7 @@ impl Default for BusBuilder {
             spin: 16,
             max_subscribers: 65_536,
             stall_timeout: None,
+            strict: false,
         }
     }
 }
@@ -223,6 +231,34 @@ impl BusBuilder {
         self
     }
 
+    /// Strict routing: a publish to a topic that has no subscriber is refused with
+    /// [`PublishError::NoSubscriber`], which gives the message back, instead of being
+    /// accepted for nobody. Off by default: such a message is accepted, counted in the topic's
+    /// [`unrouted`](crate::TopicStats::unrouted) and logged once per topic at `debug` level.
+    ///
+    /// Strict mode catches a misspelled topic name at the first publish. It suits buses whose
+    /// subscribers are registered before anything is published; a bus whose subscribers come
+    /// and go, where a message for nobody is normal, keeps the default.
+    ///
+    /// ```
+    /// use ringbus::{Bus, PublishError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::builder().strict(true).build();
+    /// let _orders = bus.subscribe("orders", async |id: &u64| println!("order {id}"))?;
+    /// bus.publish("orders", 1u64).await?;
+    /// match bus.publish("ordrs", 2u64).await {
+    ///     Err(PublishError::NoSubscriber(back)) => assert_eq!(back, 2), // the typo, caught
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # bus.close().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
     /// Registers a shared value for handlers that take a [`State<S>`](crate::State) parameter
     /// (one value per type; a second call for the same type replaces the first).
     pub fn state<S: Send + Sync + 'static>(mut self, value: S) -> Self {
@@ -241,6 +277,7 @@ impl BusBuilder {
             spin: self.spin,
             max_subscribers: self.max_subscribers,
             stall_timeout: self.stall_timeout,
+            strict: self.strict,
         });
         let topics = TopicMap::new(self.shards);
         Bus {
@@ -261,6 +298,7 @@ impl fmt::Debug for BusBuilder {
             .field("spin", &self.spin)
             .field("max_subscribers", &self.max_subscribers)
             .field("stall_timeout", &self.stall_timeout)
+            .field("strict", &self.strict)
             .field("states", &self.states.len())
             .finish()
     }

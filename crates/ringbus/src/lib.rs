@@ -6,6 +6,12 @@
 //! cancellable through a [`Context`] or by dropping it, and gives the message back in every
 //! error; [`Bus::close`] refuses new messages and returns once every queued one was handled.
 //!
+//! **The bus reports through [`tracing`](https://docs.rs/tracing) events and prints
+//! nothing itself**: a handler's error or panic, a detached stalled subscriber, a publish to
+//! a topic with no subscriber (once per topic, at `debug`), what a bounded close left
+//! unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to see them; the
+//! counts are in [`Bus::stats`].
+//!
 //! ```
 //! use ringbus::{Bus, Context, PublishError};
 //! use std::time::Duration;
