@@ -202,3 +202,8 @@ impl Builder {
         (Writer::new(shared), stage)
     }
 }
+
+/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -58,6 +58,10 @@
 //!
 //! The ten guarantees are listed on [`Bus`].
 
+// docs.rs labels the items behind a feature (package.metadata.docs.rs sets `docsrs`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "app")]
 mod app;
 mod bus;
 mod context;
@@ -71,6 +75,8 @@ mod stats;
 mod subscriber;
 mod topic;
 
+#[cfg(feature = "app")]
+#[cfg_attr(docsrs, doc(cfg(feature = "app")))]
 pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
@@ -81,6 +87,8 @@ pub use handler::{
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
 pub use ringbus_core as ring;
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use ringbus_macros::subscriber;
 pub use state::State;
 pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
@@ -140,3 +148,8 @@ pub mod __private {
         })
     }
 }
+
+/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
