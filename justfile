@@ -27,26 +27,26 @@ lint:
 # and README.md (RUSTFLAGS cleared so figures are reproducible). `just bench quick`: under 3 minutes,
 # written to target/tmp/compare-quick/. `just bench render`: redraw the page from results.json.
 bench *args:
-    RUSTFLAGS= cargo bench --bench compare -- {{args}}
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench compare -- {{args}}
 
 # The criterion benches (ring, bus, topic registry) against their peers, and the idle-CPU bench.
 criterion *args:
-    RUSTFLAGS= cargo bench --bench ring {{args}}
-    RUSTFLAGS= cargo bench --bench bus {{args}}
-    RUSTFLAGS= cargo bench --bench registry {{args}}
-    RUSTFLAGS= cargo bench --bench idle
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench ring {{args}}
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench bus {{args}}
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench registry {{args}}
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench idle
 
 # Latency percentiles (coordinated-omission aware); see docs/benchmarks.
 latency:
-    RUSTFLAGS= cargo bench --bench latency
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench latency
 
 # Instructions and allocations per message under callgrind, held against docs/benchmarks/cost.json.
 cost:
-    RUSTFLAGS= cargo run --release --bin ringbus-cost -- gate
+    RUSTFLAGS= cargo run --release -p ringbus-bench --bin ringbus-cost -- gate
 
 # Re-measure and rewrite the cost baseline (commit it, saying why the cost changed).
 cost-update:
-    RUSTFLAGS= cargo run --release --bin ringbus-cost -- gate --update
+    RUSTFLAGS= cargo run --release -p ringbus-bench --bin ringbus-cost -- gate --update
 
 # Everything CI runs.
 ci:
@@ -56,4 +56,4 @@ ci:
 # (RUSTFLAGS cleared); `just nats-bench quick` is a smoke run that writes nothing.
 # ringbus-nats beside the raw async-nats client: core and JetStream, 64 B and 512 B, interleaved.
 nats-bench *args:
-    RUSTFLAGS= cargo bench --bench nats -- {{args}}
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench nats -- {{args}}

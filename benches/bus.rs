@@ -68,7 +68,7 @@
 //! Allocations per subscribe + unsubscribe are not measured here (that needs a counting global
 //! allocator, which would tax every system in this binary): `tests/alloc_bus.rs` does.
 //!
-//! Build flags: run with `RUSTFLAGS` cleared, e.g. `RUSTFLAGS= cargo bench --bench bus`.
+//! Build flags: run with `RUSTFLAGS` cleared, e.g. `RUSTFLAGS= cargo bench -p ringbus-bench --bench bus`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -202,7 +202,8 @@ fn options() -> Options {
 }
 
 fn docs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks")
+    // This package lives in benches/; the published figures in the workspace's docs/.
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks")).to_path_buf()
 }
 
 /// Where a run writes: the published directory only for a full, unfiltered run.

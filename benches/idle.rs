@@ -12,7 +12,7 @@
 //! voluntary and involuntary context switches of those threads are summed the same way: a
 //! truly parked reader makes none.
 //!
-//! `cargo bench --bench idle` runs the full measurement; without `--bench` (as under
+//! `cargo bench -p ringbus-bench --bench idle` runs the full measurement; without `--bench` (as under
 //! `cargo test --benches`) it runs a quick smoke version with 50 readers.
 
 use std::fs;

@@ -14,7 +14,7 @@
 //! subscribers. Results: a table on stdout, `docs/benchmarks/latency.md` and
 //! `docs/benchmarks/latency.json`.
 //!
-//! `cargo bench --bench latency -- quick` runs shorter (for a smoke test).
+//! `cargo bench -p ringbus-bench --bench latency -- quick` runs shorter (for a smoke test).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -447,12 +447,14 @@ fn main() {
          publisher, the subscribers and everything else on the box; compare systems within one \
          row group, not across runs.\n"
     );
-    let _ = std::fs::create_dir_all("docs/benchmarks");
-    if let Err(e) = std::fs::write("docs/benchmarks/latency.md", md) {
+    // The workspace's docs/benchmarks, wherever cargo runs the bench from.
+    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
+    let _ = std::fs::create_dir_all(docs);
+    if let Err(e) = std::fs::write(docs.join("latency.md"), md) {
         eprintln!("could not write docs/benchmarks/latency.md: {e}");
     }
     let body = format!("{{\n  \"date\": \"{date}\",\n  \"cpu\": \"{cpu}\",\n  \"cores\": {cores},\n  \"figures\": [\n{}\n  ]\n}}\n", json.join(",\n"));
-    if let Err(e) = std::fs::write("docs/benchmarks/latency.json", body) {
+    if let Err(e) = std::fs::write(docs.join("latency.json"), body) {
         eprintln!("could not write docs/benchmarks/latency.json: {e}");
     }
 }

@@ -1312,7 +1312,7 @@ fn bench() -> i32 {
         println!("(quick, diag or partial run: results.json and nats.md left unchanged)");
         return 0;
     }
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks");
+    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
     let nats = json!({
         "about": "ringbus-nats beside the raw async-nats client: messages per second end to end \
                   (first publish to last message received; JetStream: and every publish and \

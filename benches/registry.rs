@@ -7,7 +7,7 @@
 //! publish can keep across an `.await`: a clone of the topic's `Arc` for the locked maps, a
 //! plain reference for the grow-only map), over 100 topics, from one thread and from two.
 //!
-//! `RUSTFLAGS= cargo bench --bench registry`
+//! `RUSTFLAGS= cargo bench -p ringbus-bench --bench registry`
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};

@@ -52,7 +52,7 @@
 //! useful sense, so it is left out of those two sizes.
 //!
 //! Build flags: run with `RUSTFLAGS` cleared (never `-C target-cpu=native`), e.g.
-//! `RUSTFLAGS= cargo bench --bench ring`.
+//! `RUSTFLAGS= cargo bench -p ringbus-bench --bench ring`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};

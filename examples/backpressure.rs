@@ -13,6 +13,8 @@ use tokio::sync::Semaphore;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The bus reports errors, panics, stalls and drain reports as `tracing` events: print them.
+    tracing_subscriber::fmt().with_target(false).init();
     let bus = Bus::builder().capacity(4).build();
 
     // A subscriber that handles one message per permit we hand out.

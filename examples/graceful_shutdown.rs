@@ -30,6 +30,8 @@ async fn work(job: &Job, done: State<Done>) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The bus reports errors, panics, stalls and drain reports as `tracing` events: print them.
+    tracing_subscriber::fmt().with_target(false).init();
     let bus = Bus::builder().capacity(256).state(Done::default()).build();
     let accepted = Arc::new(AtomicU64::new(0));
 

@@ -74,6 +74,7 @@ impl<T> From<&PublishError<T>> for Outcome {
             PublishError::Cancelled(_) => Outcome::Cancelled,
             PublishError::Full(_) => Outcome::Full,
             PublishError::TypeMismatch(..) => panic!("type mismatch in the stress test"),
+            other => panic!("unexpected {other} in the stress test"),
         }
     }
 }

@@ -125,7 +125,7 @@ impl CpuTicks {
 
 /// Versions from `Cargo.lock` of the `wanted` crates (those the figures depend on).
 fn crate_versions(wanted: &[&str]) -> Value {
-    let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"));
+    let lock = read(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"));
     let mut out = serde_json::Map::new();
     let mut name = "";
     for line in lock.lines() {

@@ -103,6 +103,7 @@ pub mod __private {
 /// # drop(stage);
 /// ```
 #[derive(Clone, Debug)]
+#[must_use = "a Builder does nothing until `.build()` makes the ring"]
 pub struct Builder {
     capacity: usize,
     spin: u32,
@@ -213,3 +214,8 @@ impl Builder {
         (Writer::new(shared), stage)
     }
 }
+
+/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

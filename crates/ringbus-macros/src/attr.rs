@@ -17,6 +17,58 @@ mod kw {
 pub(crate) const VALID: &str =
     "`publish(\"topic\")`, `name = \"...\"`, `capacity = N`, `stall_timeout = \"500ms\"`, `batch`, `crate = \"path\"`";
 
+/// The argument names, for "did you mean" suggestions.
+const NAMES: &[&str] = &[
+    "publish",
+    "name",
+    "capacity",
+    "stall_timeout",
+    "batch",
+    "crate",
+];
+
+/// The argument name `word` was probably meant to be: the nearest by edit distance (ignoring
+/// case), if it is at most 2 edits away (1 for words of up to 4 letters) and not `word` itself.
+pub(crate) fn did_you_mean(word: &str) -> Option<&'static str> {
+    // Case does not count as an edit: `Publish` is `publish` misspelled.
+    let lower = word.to_ascii_lowercase();
+    let limit = if lower.chars().count() <= 4 { 1 } else { 2 };
+    NAMES
+        .iter()
+        .map(|name| (edit_distance(&lower, name), *name))
+        .filter(|&(d, name)| d <= limit && name != word)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein distance (insertions, deletions and substitutions of one character each).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// "did you mean `publish`? " when `token` is a misspelled argument name, else "".
+fn hint(token: &impl ToString) -> String {
+    match did_you_mean(&token.to_string()) {
+        Some(name) => format!("did you mean `{name}`? "),
+        None => String::new(),
+    }
+}
+
 /// The parsed arguments.
 pub(crate) struct Args {
     pub(crate) topic: Expr,
@@ -99,9 +151,10 @@ impl Parse for Arg {
             }
         }
         let unknown: proc_macro2::TokenTree = input.parse()?;
+        let hint = hint(&unknown);
         Err(syn::Error::new_spanned(
             unknown,
-            format!("unknown argument; the topic (a string literal or a const) comes first, then any of: {VALID}"),
+            format!("unknown argument; {hint}the topic (a string literal or a const) comes first, then any of: {VALID}"),
         ))
     }
 }
@@ -156,9 +209,15 @@ impl Parse for Args {
             match arg {
                 Arg::Topic(t) => {
                     if topic.is_some() {
+                        // A second bare word is more likely a misspelled flag (`batc`) than
+                        // a second topic.
+                        let hint = match &t {
+                            Expr::Path(p) => p.path.get_ident().map(hint).unwrap_or_default(),
+                            _ => String::new(),
+                        };
                         return Err(syn::Error::new_spanned(
                             t,
-                            format!("a subscriber has one topic; after it come: {VALID}"),
+                            format!("a subscriber has one topic; {hint}after it come: {VALID}"),
                         ));
                     }
                     topic = Some(t);
@@ -178,5 +237,33 @@ impl Parse for Args {
             )
         })?;
         Ok(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{did_you_mean, edit_distance};
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("publish", "publish"), 0);
+        assert_eq!(edit_distance("publsh", "publish"), 1);
+        assert_eq!(edit_distance("pubilsh", "publish"), 2);
+        assert_eq!(edit_distance("", "name"), 4);
+        assert_eq!(edit_distance("capacity", "capcity"), 1);
+    }
+
+    #[test]
+    fn suggests_the_nearest_argument_name_only_when_close() {
+        assert_eq!(did_you_mean("publsh"), Some("publish"));
+        assert_eq!(did_you_mean("Publish"), Some("publish"));
+        assert_eq!(did_you_mean("stall_timout"), Some("stall_timeout"));
+        assert_eq!(did_you_mean("capasity"), Some("capacity"));
+        assert_eq!(did_you_mean("batc"), Some("batch"));
+        assert_eq!(did_you_mean("nam"), Some("name"));
+        // Not a near miss of any name, and not a name itself.
+        assert_eq!(did_you_mean("retries"), None);
+        assert_eq!(did_you_mean("publish"), None);
+        assert_eq!(did_you_mean("id"), None);
     }
 }

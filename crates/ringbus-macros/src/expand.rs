@@ -143,11 +143,15 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         #ident::#inner(#arg #(, ::core::clone::Clone::clone(&self.#state_fields))*).await
     };
     let (out_field, out_init, result) = match (&args.publish, &output) {
-        (None, _) => (
-            quote!(),
-            quote!(),
-            quote!(#krate::HandlerOutput::into_result(value)),
-        ),
+        (None, _) => (quote!(), quote!(), {
+            // Spanned on the return type, so a type that is not a handler's result (a
+            // message without `publish(..)`) is reported where it is written.
+            let span = match &func.sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => proc_macro2::Span::call_site(),
+            };
+            quote_spanned!(span=> #krate::HandlerOutput::into_result(value))
+        }),
         (Some(target), Output::Value(r)) => (
             quote!(out: #krate::Topic<#r>,),
             quote!(out: bus.topic::<#r>(#target)?,),

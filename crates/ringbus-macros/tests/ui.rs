@@ -1,5 +1,9 @@
-//! `#[subscriber]` compile tests: every accepted form compiles and runs; every error points at
-//! the offending token and says what would be valid.
+//! Compile tests of what users write: every accepted `#[subscriber]` form compiles and runs;
+//! every macro error points at the offending token and says what would be valid (with a "did
+//! you mean" for a misspelled argument); the handler traits' errors say what to write instead
+//! (`publish(..)`, `()`/`Result<(), E>`, an async closure, `subscribe` for closures); and the
+//! builders, `Context` and forgotten futures warn when unused. One harness for all of them, so
+//! `cargo test` builds the cases' dependencies once.
 
 #[test]
 fn ui() {

@@ -50,6 +50,11 @@
 //! message) is logged without its body and counted ([`LinkStats::bad_input`]); on JetStream
 //! it is dead-lettered. It never panics and never stalls the link.
 
+/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod codec;
 mod error;
 mod export;

@@ -33,6 +33,7 @@ use crate::{export, import, subject};
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
+#[must_use = "a LinkBuilder does nothing until `.connect(&bus).await`"]
 pub struct LinkBuilder {
     url: String,
     auth: Auth,

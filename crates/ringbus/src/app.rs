@@ -36,6 +36,7 @@ type Hook = Box<dyn FnOnce(Bus) -> BoxFuture + Send>;
 ///     Ok(())
 /// }
 /// ```
+#[must_use = "an App does nothing until `.run().await`"]
 pub struct App {
     bus: Bus,
     registrations: Vec<Registration>,

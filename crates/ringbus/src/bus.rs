@@ -35,6 +35,9 @@ pub(crate) struct BusState {
     pub(crate) spin: u32,
     pub(crate) max_subscribers: usize,
     pub(crate) stall_timeout: Option<Duration>,
+    /// Strict routing: a publish to a topic with no subscriber is refused
+    /// ([`PublishError::NoSubscriber`]) instead of counted as unrouted.
+    pub(crate) strict: bool,
 }
 
 /// Process-unique subscriber ids, so a handler's `close` recognises its own task whatever bus
@@ -94,6 +97,9 @@ struct Inner {
 ///    unsubscribes handles exactly what was published to its topic before the call (every
 ///    publish that had returned `Ok` by then), and nothing that lands after it, even from a
 ///    publish that began before (say, one waiting for room).
+///    One published when the topic had no subscriber reaches nobody: it is counted in
+///    [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic, or
+///    refused with the message back on a [strict](BusBuilder::strict) bus.
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
@@ -146,6 +152,7 @@ pub struct Bus {
 
 /// Configures a [`Bus`].
 #[derive(Clone)]
+#[must_use = "a BusBuilder does nothing until `.build()` makes the bus"]
 pub struct BusBuilder {
     states: States,
     capacity: usize,
@@ -153,6 +160,7 @@ pub struct BusBuilder {
     spin: u32,
     max_subscribers: usize,
     stall_timeout: Option<Duration>,
+    strict: bool,
 }
 
 impl BusState {
@@ -193,6 +201,7 @@ impl Default for BusBuilder {
             spin: 16,
             max_subscribers: 65_536,
             stall_timeout: None,
+            strict: false,
         }
     }
 }
@@ -239,6 +248,34 @@ impl BusBuilder {
         self
     }
 
+    /// Strict routing: a publish to a topic that has no subscriber is refused with
+    /// [`PublishError::NoSubscriber`], which gives the message back, instead of being
+    /// accepted for nobody. Off by default: such a message is accepted, counted in the topic's
+    /// [`unrouted`](crate::TopicStats::unrouted) and logged once per topic at `debug` level.
+    ///
+    /// Strict mode catches a misspelled topic name at the first publish. It suits buses whose
+    /// subscribers are registered before anything is published; a bus whose subscribers come
+    /// and go, where a message for nobody is normal, keeps the default.
+    ///
+    /// ```
+    /// use ringbus::{Bus, PublishError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::builder().strict(true).build();
+    /// let _orders = bus.subscribe("orders", async |id: &u64| println!("order {id}"))?;
+    /// bus.publish("orders", 1u64).await?;
+    /// match bus.publish("ordrs", 2u64).await {
+    ///     Err(PublishError::NoSubscriber(back)) => assert_eq!(back, 2), // the typo, caught
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # bus.close().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
     /// Registers a shared value for handlers that take a [`State<S>`](crate::State) parameter
     /// (one value per type; a second call for the same type replaces the first).
     pub fn state<S: Send + Sync + 'static>(mut self, value: S) -> Self {
@@ -256,6 +293,7 @@ impl BusBuilder {
             spin: self.spin,
             max_subscribers: self.max_subscribers,
             stall_timeout: self.stall_timeout,
+            strict: self.strict,
         });
         let topics = TopicMap::new(self.shards);
         Bus {
@@ -276,6 +314,7 @@ impl fmt::Debug for BusBuilder {
             .field("spin", &self.spin)
             .field("max_subscribers", &self.max_subscribers)
             .field("stall_timeout", &self.stall_timeout)
+            .field("strict", &self.strict)
             .field("states", &self.states.len())
             .finish()
     }
@@ -525,6 +564,58 @@ impl Bus {
     /// [`subscribe_with`](Self::subscribe_with) for a stall timeout). It spends one unit of
     /// its tokio cooperative budget per message (guarantee 11), so however many messages are
     /// waiting, it yields to the other tasks of its worker after 128.
+    ///
+    /// # Which closure
+    ///
+    /// The handler gets each message as `&T`, borrowed in place from the ring, and its future
+    /// must be `Send`. Three closure forms do that (see [`Handler`]):
+    ///
+    /// - `async |msg: &T| ...`: an async closure (Rust 1.85); its future may borrow `msg`,
+    ///   across awaits too. It may capture `Copy` values (`move`), but not state it uses by
+    ///   reference: the compiler then says "async closure does not implement `Fn` because it
+    ///   captures state from its environment". For state, use the next two forms.
+    /// - [`with_state`](crate::with_state)`(state, async |state: &S, msg: &T| ...)`: the state
+    ///   is lent to each call, with the message.
+    /// - `|msg: &T| { let x = ..copy out of msg..; async move { ... } }`: a closure that returns
+    ///   an `async move` block. The block cannot borrow `msg` (the error is "lifetime may not
+    ///   live long enough"): copy what it needs out of the message first.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use ringbus::{with_state, Bus};
+    ///
+    /// struct Order { id: u64, note: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::new();
+    /// // Borrows the message, across an await.
+    /// let log = bus.subscribe("orders", async |order: &Order| {
+    ///     tokio::task::yield_now().await;
+    ///     println!("order {}: {}", order.id, order.note);
+    /// })?;
+    /// // State lent with the message.
+    /// let count = bus.subscribe(
+    ///     "orders",
+    ///     with_state(AtomicU64::new(0), async |seen: &AtomicU64, _: &Order| {
+    ///         seen.fetch_add(1, Ordering::Relaxed);
+    ///     }),
+    /// )?;
+    /// // Copies out, then moves its captures into the future.
+    /// let total = Arc::new(AtomicU64::new(0));
+    /// let sum = bus.subscribe("orders", {
+    ///     let total = total.clone();
+    ///     move |order: &Order| {
+    ///         let (id, total) = (order.id, total.clone());
+    ///         async move { total.fetch_add(id, Ordering::Relaxed); }
+    ///     }
+    /// })?;
+    /// bus.publish("orders", Order { id: 7, note: "gift wrap".into() }).await?;
+    /// bus.close().await;
+    /// assert_eq!(total.load(Ordering::Relaxed), 7);
+    /// # drop((log, count, sum));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

@@ -32,6 +32,7 @@ use crate::time::sleep_until;
 /// # }
 /// ```
 #[derive(Clone, Debug, Default)]
+#[must_use = "a Context limits nothing until it is passed to a publish (`publish_with(&ctx, ..)`)"]
 pub struct Context {
     deadline: Option<Instant>,
     token: Option<CancellationToken>,

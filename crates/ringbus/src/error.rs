@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 /// Why a publish did not happen. The message always comes back, and no subscriber saw it.
 ///
-/// Its `Debug` does not require `T: Debug`.
+/// Its `Debug` does not require `T: Debug`. Non-exhaustive: a later release may refuse a
+/// message for a new reason, so a `match` ends with a `_` arm; [`into_inner`](Self::into_inner)
+/// and [`message`](Self::message) give the message back whatever the variant.
+#[non_exhaustive]
 pub enum PublishError<T> {
     /// The bus is closed (or closing): the message was not accepted.
     Closed(T),
@@ -18,6 +21,10 @@ pub enum PublishError<T> {
     Full(T),
     /// The topic carries another message type.
     TypeMismatch(T, TypeMismatch),
+    /// The topic has no subscriber, and the bus is [strict](crate::BusBuilder::strict): the
+    /// message would have reached nobody. (Without strict mode it is accepted and counted in
+    /// [`TopicStats::unrouted`](crate::TopicStats::unrouted).)
+    NoSubscriber(T),
 }
 
 impl<T> PublishError<T> {
@@ -27,6 +34,7 @@ impl<T> PublishError<T> {
             PublishError::Closed(m)
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
+            | PublishError::NoSubscriber(m)
             | PublishError::TypeMismatch(m, _) => m,
         }
     }
@@ -37,6 +45,7 @@ impl<T> PublishError<T> {
             PublishError::Closed(m)
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
+            | PublishError::NoSubscriber(m)
             | PublishError::TypeMismatch(m, _) => m,
         }
     }
@@ -48,6 +57,7 @@ impl<T> PublishError<T> {
             PublishError::Cancelled(m) => PublishError::Cancelled(f(m)),
             PublishError::Full(m) => PublishError::Full(f(m)),
             PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
+            PublishError::NoSubscriber(m) => PublishError::NoSubscriber(f(m)),
         }
     }
 
@@ -57,6 +67,7 @@ impl<T> PublishError<T> {
             PublishError::Cancelled(_) => "Cancelled",
             PublishError::Full(_) => "Full",
             PublishError::TypeMismatch(..) => "TypeMismatch",
+            PublishError::NoSubscriber(_) => "NoSubscriber",
         }
     }
 }
@@ -83,6 +94,9 @@ impl<T> fmt::Display for PublishError<T> {
                 f.write_str("the topic is full (its slowest subscriber has a full queue)")
             }
             PublishError::TypeMismatch(_, e) => e.fmt(f),
+            PublishError::NoSubscriber(_) => f.write_str(
+                "the topic has no subscriber (strict bus); the message was not published",
+            ),
         }
     }
 }
@@ -211,6 +225,8 @@ pub enum Error {
     Full,
     /// A topic was used with the wrong message type.
     TypeMismatch(TypeMismatch),
+    /// A strict bus refused a publish to a topic with no subscriber.
+    NoSubscriber,
     /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
     /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
     NoRuntime,
@@ -251,6 +267,9 @@ impl fmt::Display for Error {
             Error::Cancelled => f.write_str("the publish was cancelled by its context"),
             Error::Full => f.write_str("the topic is full"),
             Error::TypeMismatch(e) => e.fmt(f),
+            Error::NoSubscriber => {
+                f.write_str("the topic has no subscriber (strict bus); nothing was published")
+            }
             Error::NoRuntime => f.write_str(
                 "no tokio runtime is reachable: subscribe from inside a tokio runtime \
                  (#[tokio::main], a spawned task, or Runtime::enter)",
@@ -293,6 +312,7 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::Cancelled(_) => Error::Cancelled,
             PublishError::Full(_) => Error::Full,
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
+            PublishError::NoSubscriber(_) => Error::NoSubscriber,
         }
     }
 }

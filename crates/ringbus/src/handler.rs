@@ -28,6 +28,16 @@ impl fmt::Display for HandlerError {
 }
 
 /// What a handler may return: `()` (always fine) or `Result<(), E>` with a printable error.
+///
+/// A handler that returns a message for another topic says so with `publish("topic")` on
+/// `#[subscriber]` (then it returns `R` or `Result<R, E>`); without it, a value other than
+/// `()` or `Result<(), E>` is a compile error that says which.
+#[diagnostic::on_unimplemented(
+    message = "a handler returned `{Self}`, which the bus cannot use as a handler's result",
+    label = "a handler returns `()` or `Result<(), E>` (with `E: Display`)",
+    note = "to publish the returned value to another topic, write `#[subscriber(\"topic\", publish(\"other_topic\"))]`",
+    note = "otherwise return `()`, or `Result<(), E>` where `E: std::fmt::Display + Send + Sync + 'static`"
+)]
 pub trait HandlerOutput: Send {
     /// `Err` makes the bus log a `tracing` warning and count an error for the subscriber.
     fn into_result(self) -> Result<(), HandlerError>;
@@ -49,21 +59,38 @@ impl<E: fmt::Display + Send + Sync + 'static> HandlerOutput for Result<(), E> {
 
 /// Handles one message at a time, borrowed in place from the topic's ring.
 ///
-/// Implemented by `#[subscriber]` functions (whose futures may borrow the message) and by
-/// closures `Fn(&T) -> impl Future` (whose futures cannot borrow it: copy what you need out
-/// of the message before the `async` block).
+/// Implemented by `#[subscriber]` functions and by every closure or function that takes `&T`
+/// and returns a `Send` future of `()` or `Result<(), E>` (see [`HandlerFn`]):
+///
+/// - an **async closure**, `async |msg: &T| ...`, whose future may borrow the message
+///   (Rust 1.85; add `move` to move captured values, such as an `Arc`, into the closure);
+/// - a **closure returning a future**, `|msg: &T| async move { ... }`, whose future cannot
+///   borrow the message: copy what you need out of it before the `async` block;
+/// - [`with_state`]`(state, async |state: &S, msg: &T| ...)`, for an async closure that needs
+///   state: on stable Rust an async closure that captures a value it uses by reference is
+///   not `Fn`, and the bus cannot prove its future `Send`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
 /// let bus = ringbus::Bus::new();
-/// let sub = bus.subscribe("ticks", |tick: &u64| {
+/// // An async closure: the future borrows the message.
+/// let borrows = bus.subscribe("ticks", async |tick: &u64| println!("tick {tick}"))?;
+/// // A closure returning a future: copy out first.
+/// let copies = bus.subscribe("ticks", |tick: &u64| {
 ///     let tick = *tick;
 ///     async move { println!("tick {tick}") }
 /// })?;
 /// bus.publish("ticks", 1u64).await?;
-/// sub.unsubscribe().await;
+/// borrows.unsubscribe().await;
+/// copies.unsubscribe().await;
 /// # Ok(()) }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot handle `&{T}` messages",
+    label = "not a handler of `&{T}`",
+    note = "a handler is a `#[subscriber]` function, an async closure `async |msg: &{T}| ...`, or a closure `|msg: &{T}| async move {{ ... }}` whose future does not borrow `msg`",
+    note = "its future must be `Send`, and resolve to `()` or `Result<(), E>` (with `E: Display`)"
+)]
 pub trait Handler<T>: Send + Sync + 'static {
     /// Handles `msg`. An `Err` or a panic (in `call` itself or in the future it returns) is
     /// logged and counted; the subscriber goes on with the next message.
@@ -71,14 +98,38 @@ pub trait Handler<T>: Send + Sync + 'static {
         -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
 }
 
-impl<T, F, Fut> Handler<T> for F
+/// A function of `&'a T` whose future may borrow the message for `'a`: what a closure
+/// handler is. Implemented for every `Fn(&'a T) -> Fut` with a `Send` future, so you never
+/// implement it yourself.
+///
+/// `F: for<'a> HandlerFn<'a, T>` says what `F: Fn(&T) -> Fut` cannot: that the future's type
+/// may depend on the message's lifetime. Async closures (`async |msg: &T| ...`) have such
+/// futures; closures that return `async move { ... }` blocks have one future type for every
+/// lifetime, so their futures cannot borrow the message, and they qualify too.
+pub trait HandlerFn<'a, T: 'a>: Fn(&'a T) -> <Self as HandlerFn<'a, T>>::Fut {
+    /// The future a call returns.
+    type Fut: Future<Output = Self::Result> + Send + 'a;
+    /// What the future resolves to.
+    type Result: HandlerOutput;
+}
+
+impl<'a, T: 'a, F, Fut> HandlerFn<'a, T> for F
 where
-    T: Sync + 'static,
-    F: Fn(&T) -> Fut + Send + Sync + 'static,
-    Fut: Future + Send,
+    F: Fn(&'a T) -> Fut,
+    Fut: Future + Send + 'a,
     Fut::Output: HandlerOutput,
 {
-    // Not an `async fn`: that would need `Fut: 'a`, which closures cannot promise.
+    type Fut = Fut;
+    type Result = Fut::Output;
+}
+
+impl<T, F> Handler<T> for F
+where
+    T: Sync + 'static,
+    F: for<'a> HandlerFn<'a, T> + Send + Sync + 'static,
+{
+    // Not an `async fn`: that would need `F::Fut: 'a` spelled out, which the bound on
+    // `HandlerFn::Fut` already gives.
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
@@ -87,6 +138,80 @@ where
         // The closure runs inside the future, so a panic in it is caught like one in the
         // future.
         async move { self(msg).await.into_result() }
+    }
+}
+
+/// A handler made of a state value and an async closure that borrows both the state and the
+/// message: `with_state(state, async |state: &S, msg: &T| ...)`.
+///
+/// The form for a closure handler that needs state of its own without copying the message
+/// out. On stable Rust an async closure that captures a value it uses by reference (an `Arc`,
+/// a `Mutex`) is not `Fn`, so its future cannot be proven `Send` and the bus cannot spawn it
+/// (the compiler says "async closure does not implement `Fn` because it captures state from
+/// its environment"); handing the state to `with_state` instead leaves the closure capturing
+/// nothing, and the state is lent to each call.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use ringbus::with_state;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+/// let bus = ringbus::Bus::new();
+/// let sub = bus.subscribe(
+///     "ticks",
+///     with_state(AtomicU64::new(0), async |total: &AtomicU64, tick: &u64| {
+///         total.fetch_add(*tick, Ordering::Relaxed);
+///     }),
+/// )?;
+/// bus.publish("ticks", 1u64).await?;
+/// sub.unsubscribe().await;
+/// # Ok(()) }
+/// ```
+pub fn with_state<S, F>(state: S, handler: F) -> WithState<S, F> {
+    WithState { state, handler }
+}
+
+/// A handler with a state lent to each call: made by [`with_state`].
+#[derive(Clone, Debug)]
+#[must_use = "a handler does nothing until passed to `subscribe`"]
+pub struct WithState<S, F> {
+    state: S,
+    handler: F,
+}
+
+/// A function of `(&'a S, &'a T)` whose future may borrow both: what [`with_state`] takes.
+/// Implemented for every such `Fn` with a `Send` future, so you never implement it yourself.
+pub trait StateHandlerFn<'a, S: 'a, T: 'a>:
+    Fn(&'a S, &'a T) -> <Self as StateHandlerFn<'a, S, T>>::Fut
+{
+    /// The future a call returns.
+    type Fut: Future<Output = Self::Result> + Send + 'a;
+    /// What the future resolves to.
+    type Result: HandlerOutput;
+}
+
+impl<'a, S: 'a, T: 'a, F, Fut> StateHandlerFn<'a, S, T> for F
+where
+    F: Fn(&'a S, &'a T) -> Fut,
+    Fut: Future + Send + 'a,
+    Fut::Output: HandlerOutput,
+{
+    type Fut = Fut;
+    type Result = Fut::Output;
+}
+
+impl<T, S, F> Handler<T> for WithState<S, F>
+where
+    T: Sync + 'static,
+    S: Send + Sync + 'static,
+    F: for<'a> StateHandlerFn<'a, S, T> + Send + Sync + 'static,
+{
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        msg: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move { (self.handler)(&self.state, msg).await.into_result() }
     }
 }
 
@@ -129,7 +254,14 @@ impl<T: fmt::Debug> fmt::Debug for Batch<'_, T> {
 /// Handles everything available at once (the batch form of [`Handler`]).
 ///
 /// The batch is released when the future completes; an `Err` or a panic counts once for the
-/// batch. Closures `Fn(Batch<'_, T>) -> impl Future` implement it.
+/// batch. Closures `|batch: Batch<'_, T>| async move { ... }` and async closures
+/// `async |batch: Batch<'_, T>| ...` (whose future may borrow the batch) implement it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot handle batches of `{T}`",
+    label = "not a batch handler of `{T}`",
+    note = "a batch handler is a `#[subscriber(.., batch)]` function, or a closure `async |batch: ringbus::Batch<'_, {T}>| ...`",
+    note = "its future must be `Send`, and resolve to `()` or `Result<(), E>` (with `E: Display`)"
+)]
 pub trait BatchHandler<T>: Send + Sync + 'static {
     /// Handles `batch`. An `Err` or a panic (in `call` itself or in its future) counts once
     /// for the batch; the subscriber goes on.
@@ -139,12 +271,31 @@ pub trait BatchHandler<T>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
 }
 
-impl<T, F, Fut> BatchHandler<T> for F
+/// A function of a [`Batch`] whose future may borrow the batch: the batch form of
+/// [`HandlerFn`], implemented for every `Fn(Batch<'a, T>) -> Fut` with a `Send` future.
+pub trait BatchHandlerFn<'a, T: 'a>:
+    Fn(Batch<'a, T>) -> <Self as BatchHandlerFn<'a, T>>::Fut
+{
+    /// The future a call returns.
+    type Fut: Future<Output = Self::Result> + Send + 'a;
+    /// What the future resolves to.
+    type Result: HandlerOutput;
+}
+
+impl<'a, T: 'a, F, Fut> BatchHandlerFn<'a, T> for F
+where
+    F: Fn(Batch<'a, T>) -> Fut,
+    Fut: Future + Send + 'a,
+    Fut::Output: HandlerOutput,
+{
+    type Fut = Fut;
+    type Result = Fut::Output;
+}
+
+impl<T, F> BatchHandler<T> for F
 where
     T: Sync + 'static,
-    F: Fn(Batch<'_, T>) -> Fut + Send + Sync + 'static,
-    Fut: Future + Send,
-    Fut::Output: HandlerOutput,
+    F: for<'a> BatchHandlerFn<'a, T> + Send + Sync + 'static,
 {
     // Not an `async fn`: see the `Handler` impl for closures.
     #[allow(clippy::manual_async_fn)]
@@ -159,6 +310,7 @@ where
 /// How a subscriber runs: its name (for logs and stats), the capacity of the topic if this
 /// subscriber creates it, and an optional stall timeout.
 #[derive(Clone, Debug, Default)]
+#[must_use = "options do nothing until passed to `subscribe_with` or `subscribe_batch`"]
 pub struct SubscribeOptions {
     pub(crate) name: Option<String>,
     pub(crate) capacity: Option<usize>,
@@ -199,6 +351,11 @@ impl SubscribeOptions {
 
 /// A handler that knows its topic and options: what `#[subscriber]` generates, and what
 /// [`Bus::register`](crate::Bus::register) takes.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a subscriber: `register` takes what `#[subscriber(\"topic\")]` makes",
+    label = "not made by `#[subscriber]`",
+    note = "put `#[subscriber(\"topic\")]` on an `async fn(&Message)`, or pass a closure to `bus.subscribe(\"topic\", async |msg: &Message| ...)`"
+)]
 pub trait Subscriber: Send + Sync + 'static {
     /// The message type.
     type Message: Send + Sync + 'static;

@@ -6,6 +6,12 @@
 //! cancellable through a [`Context`] or by dropping it, and gives the message back in every
 //! error; [`Bus::close`] refuses new messages and returns once every queued one was handled.
 //!
+//! **The bus reports through [`tracing`](https://docs.rs/tracing) events and prints
+//! nothing itself**: a handler's error or panic, a detached stalled subscriber, a publish to
+//! a topic with no subscriber (once per topic, at `debug`), what a bounded close left
+//! unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to see them; the
+//! counts are in [`Bus::stats`].
+//!
 //! ```
 //! use ringbus::{Bus, Context, PublishError};
 //! use std::time::Duration;
@@ -53,6 +59,10 @@
 //!
 //! The eleven guarantees are listed on [`Bus`].
 
+// docs.rs labels the items behind a feature (package.metadata.docs.rs sets `docsrs`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "app")]
 mod app;
 mod bus;
 mod context;
@@ -70,15 +80,20 @@ mod sync;
 mod time;
 mod topic;
 
+#[cfg(feature = "app")]
+#[cfg_attr(docsrs, doc(cfg(feature = "app")))]
 pub use app::App;
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
 pub use error::{Error, PublishError, TypeMismatch, Unpublished};
 pub use handler::{
-    Batch, BatchHandler, Handler, HandlerError, HandlerOutput, SubscribeOptions, Subscriber,
+    with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
+    HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
 pub use ringbus_core as ring;
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use ringbus_macros::subscriber;
 pub use state::State;
 pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
@@ -138,3 +153,8 @@ pub mod __private {
         })
     }
 }
+
+/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -22,6 +22,11 @@ pub struct TopicStats {
     pub capacity: usize,
     /// Messages published so far.
     pub published: u64,
+    /// Of those, the messages published while the topic had no subscriber: they reached
+    /// nobody. A topic name misspelled by a publisher shows up here. (With
+    /// [`BusBuilder::strict`](crate::BusBuilder::strict) such a publish is refused instead and
+    /// not counted.)
+    pub unrouted: u64,
     /// Its subscribers in subscription order: the running ones, and those that finished since
     /// the last subscribe to this topic.
     pub subscribers: Vec<SubscriberStats>,

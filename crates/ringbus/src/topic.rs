@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -42,6 +43,11 @@ pub(crate) struct TopicInner<T> {
     state: Arc<BusState>,
     /// Delivery receipts (`publish_tracked`).
     tracker: Arc<Tracker>,
+    /// Messages published while the topic had no subscriber (they reach nobody). Written
+    /// under the writer lock, read by `stats`: Relaxed, it is a counter.
+    unrouted: AtomicU64,
+    /// Set by the first unrouted publish, which logs it: once per topic.
+    unrouted_logged: AtomicBool,
 }
 
 /// The type-erased face of a topic, for the registry, `stats` and `close`.
@@ -77,7 +83,38 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             subscribers: Mutex::new(Vec::new()),
             tracker: Arc::new(Tracker::new(state.clone())),
             state,
+            unrouted: AtomicU64::new(0),
+            unrouted_logged: AtomicBool::new(false),
         }
+    }
+
+    /// True when no subscriber would see a message published now. One Relaxed load of the
+    /// ring's reader count, under the writer lock: a subscriber whose `subscribe` returned
+    /// before the publish began is counted (same thread: program order; another thread: the
+    /// synchronisation that ordered the two). A subscriber joining during the publish may or
+    /// may not be, as it may or may not see the message.
+    #[inline]
+    fn unrouted_now(&self) -> bool {
+        self.stage.readers() == 0
+    }
+
+    /// A publish of `n` messages found no subscriber: refused with the message back in strict
+    /// mode, else counted (and logged, once per topic) and let through. Off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn unrouted<M>(&self, msgs: M, n: u64) -> Result<M, PublishError<M>> {
+        if self.state.strict {
+            return Err(PublishError::NoSubscriber(msgs));
+        }
+        self.unrouted.fetch_add(n, Ordering::Relaxed);
+        if !self.unrouted_logged.swap(true, Ordering::Relaxed) {
+            tracing::debug!(
+                topic = %self.name,
+                "ringbus: a message was published to a topic with no subscriber; nobody \
+                 handles it (counted in stats().topics[..].unrouted; logged once per topic)"
+            );
+        }
+        Ok(msgs)
     }
 
     fn is_unbuffered(&self) -> bool {
@@ -99,6 +136,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             Err(refused) => return Err(refused.with(msg)),
         };
         let mut msg = msg;
+        if self.unrouted_now() {
+            msg = self.unrouted(msg, 1)?;
+        }
         loop {
             let Some(writer) = guard.as_mut() else {
                 return Err(PublishError::Closed(msg));
@@ -143,6 +183,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         };
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
+        };
+        let msg = if self.unrouted_now() {
+            self.unrouted(msg, 1)?
+        } else {
+            msg
         };
         let position = writer.published();
         let watch = Watch::new(&self.tracker, position);
@@ -213,6 +258,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
+        let msg = if self.unrouted_now() {
+            self.unrouted(msg, 1)?
+        } else {
+            msg
+        };
         writer
             .try_publish(msg)
             .map_err(|Full(m)| PublishError::Full(m))
@@ -274,6 +324,12 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 let Some(writer) = guard.as_mut() else {
                     return Err(PublishError::Closed(msgs));
                 };
+                // A strict bus refuses what is left of the batch; otherwise each chunk
+                // published while nobody subscribes is counted.
+                let unrouted = self.unrouted_now();
+                if unrouted && self.state.strict {
+                    return Err(PublishError::NoSubscriber(msgs));
+                }
                 let room = writer.remaining() as u64;
                 if room > 0 {
                     // Takes at most `room` messages from the iterator, with one cursor store,
@@ -290,6 +346,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     })
                     .await;
                     total += n;
+                    if unrouted && n > 0 {
+                        let _ = self.unrouted((), n);
+                    }
                     if spent {
                         // Let go of the writer, then yield (other publishes may land
                         // between this batch's chunks).
@@ -561,6 +620,7 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
             message_type: self.message_type(),
             capacity: self.capacity,
             published,
+            unrouted: self.unrouted.load(Ordering::Relaxed),
             subscribers: self
                 .subscribers()
                 .iter()

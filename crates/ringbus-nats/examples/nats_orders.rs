@@ -7,14 +7,14 @@
 //! "receipts", where a subscriber prints them. The handlers are the ones a single-process
 //! bus would run: only the link knows about NATS.
 //!
-//! - `cargo run --example nats_orders`: self-contained. Starts a `nats-server` on a free
+//! - `cargo run -p ringbus-nats --example nats_orders`: self-contained. Starts a `nats-server` on a free
 //!   local port (`apt-get install nats-server`; without one it says so and exits successfully),
 //!   runs both sides in this process as two buses with two links, and checks that every order
 //!   was handled and every receipt came back.
 //! - Two shells, against a server of your own (`nats-server -a 127.0.0.1 -js`):
-//!   `cargo run --example nats_orders -- serve [--url nats://127.0.0.1:4222] [--count N]`
+//!   `cargo run -p ringbus-nats --example nats_orders -- serve [--url nats://127.0.0.1:4222] [--count N]`
 //!   (runs until Ctrl-C, or until it handled N orders), and
-//!   `cargo run --example nats_orders -- publish [--url nats://127.0.0.1:4222] [--count N]`
+//!   `cargo run -p ringbus-nats --example nats_orders -- publish [--url nats://127.0.0.1:4222] [--count N]`
 //!   (publishes N orders, default 5, and waits up to 10 s for their receipts). Orders
 //!   published while no `serve` runs wait in JetStream; a `serve` started later handles them.
 
@@ -365,6 +365,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
 }
 
 fn main() -> ExitCode {
+    // The bus reports errors, panics, stalls and drain reports as `tracing` events: print them.
+    tracing_subscriber::fmt().with_target(false).init();
     let command = match parse(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(message) => {

@@ -77,7 +77,10 @@ const SCENARIOS: &[(&str, &str)] = &[
 const N: u64 = 20_000;
 /// Instructions may rise this much (relative) before the gate fails.
 const TOLERANCE: f64 = 0.03;
+/// The baseline, as the messages name it (relative to the workspace root).
 const BASELINE: &str = "docs/benchmarks/cost.json";
+/// The baseline's file, wherever the gate is run from.
+const BASELINE_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks/cost.json");
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -296,7 +299,7 @@ fn gate(update: bool) -> ExitCode {
             })
             .collect::<Vec<_>>()
             .join(",\n");
-        if let Err(e) = std::fs::write(BASELINE, format!("{{\n{body}\n}}\n")) {
+        if let Err(e) = std::fs::write(BASELINE_FILE, format!("{{\n{body}\n}}\n")) {
             eprintln!("cannot write {BASELINE}: {e}");
             return ExitCode::FAILURE;
         }
@@ -309,7 +312,7 @@ fn gate(update: bool) -> ExitCode {
         println!("baseline written to {BASELINE}");
         return ExitCode::SUCCESS;
     }
-    let baseline = match std::fs::read_to_string(BASELINE) {
+    let baseline = match std::fs::read_to_string(BASELINE_FILE) {
         Ok(b) => b,
         Err(e) => {
             eprintln!(
@@ -355,7 +358,7 @@ fn gate(update: bool) -> ExitCode {
             "\nThe hot path got more expensive than the baseline in {BASELINE} allows \
              (instructions +{:.0}%, or any new allocation).\nIf the rise is intended, \
              record the new costs with `just cost-update` (or \
-             `cargo run --release --bin ringbus-cost -- gate --update`) and commit the file, \
+             `cargo run --release -p ringbus-bench --bin ringbus-cost -- gate --update`) and commit the file, \
              saying why in the commit message.",
             TOLERANCE * 100.0
         );

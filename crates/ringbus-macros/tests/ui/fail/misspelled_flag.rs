@@ -1,0 +1,8 @@
+use ringbus::{subscriber, Batch};
+
+struct Order;
+
+#[subscriber("orders", batc)]
+async fn audit(_orders: Batch<'_, Order>) {}
+
+fn main() {}
