@@ -13,7 +13,7 @@
 //! truly parked reader makes none.
 //!
 //! `cargo bench -p ringbus-bench --bench idle` runs the full measurement; without `--bench` (as under
-//! `cargo test --benches`) it runs a quick smoke version with 50 readers.
+//! `cargo test -p ringbus-bench --benches`) it runs a quick smoke version with 50 readers.
 
 use std::fs;
 use std::thread;
