@@ -155,7 +155,18 @@ fn loom_dropped_woken_future_passes_on() {
 /// released it yet).
 #[test]
 fn loom_stage_join_keeps_order() {
-    loom::model(|| {
+    loom::model(|| loom_stage_join_keeps_order_in(ring));
+}
+
+/// The same in the asymmetric fence model: joins pay only full fences (no heavy one), so they
+/// may race there.
+#[test]
+fn loom_asym_stage_join_keeps_order() {
+    loom::model(|| loom_stage_join_keeps_order_in(asym_ring));
+}
+
+fn loom_stage_join_keeps_order_in(ring: fn(usize) -> (crate::Writer<u64>, crate::Stage<u64>)) {
+    {
         let (mut writer, first) = ring(4);
         let second = first.then();
         let mut late = second.reader().unwrap();
@@ -176,7 +187,7 @@ fn loom_stage_join_keeps_order() {
                 joiner.position()
             );
         }
-    });
+    }
 }
 
 /// A second-stage reader parks on the first stage just as the first stage's last reader
@@ -209,7 +220,13 @@ fn loom_upstream_empties_while_downstream_parks() {
 /// suite), which finds the unfixed bug in under a second; 3 preemptions take over ten minutes.
 #[test]
 fn loom_concurrent_stage_joins_never_read_lapped_slots() {
-    bounded(2).check(|| {
+    bounded(2).check(|| loom_concurrent_stage_joins_never_read_lapped_slots_in(ring));
+}
+
+fn loom_concurrent_stage_joins_never_read_lapped_slots_in(
+    ring: fn(usize) -> (crate::Writer<u64>, crate::Stage<u64>),
+) {
+    {
         let (mut writer, first) = ring(2);
         let second = first.then();
         let mut keeper = first.reader().unwrap();
@@ -238,7 +255,7 @@ fn loom_concurrent_stage_joins_never_read_lapped_slots() {
         }
         drop(j.join().unwrap());
         drop(k.join().unwrap());
-    });
+    }
 }
 
 /// A ring in loom's asymmetric fence model (see the module docs).
@@ -411,7 +428,13 @@ fn loom_asym_upstream_release_wakes_downstream() {
 /// keep-up reader. The writer must gate on a reader in the new chunk: none reads a lapped slot.
 #[test]
 fn loom_joins_that_grow_the_group_race_the_writer() {
-    bounded(2).check(|| {
+    bounded(2).check(|| loom_joins_that_grow_the_group_race_the_writer_in(ring));
+}
+
+fn loom_joins_that_grow_the_group_race_the_writer_in(
+    ring: fn(usize) -> (crate::Writer<u64>, crate::Stage<u64>),
+) {
+    {
         let (mut writer, stage) = ring(2);
         let mut keeper = stage.reader().unwrap();
         let joiners = [stage.clone(), stage.clone()].map(|stage| {
@@ -440,7 +463,7 @@ fn loom_joins_that_grow_the_group_race_the_writer() {
             drop(t.join().unwrap());
         }
         assert_eq!(stage.readers(), 1);
-    });
+    }
 }
 
 /// A reader that stopped waiting long enough deregisters (the writer goes back to its
@@ -464,6 +487,82 @@ fn loom_calm_reader_deregisters_and_registers_again() {
             reader
         });
         writer.try_publish(2).unwrap();
+        drop(t.join().unwrap());
+    });
+}
+
+/// A reader that registers on a source already armed by another registration (so it pays no
+/// heavy fence) and parks is woken by the next publish, with the light fence only a compiler
+/// fence. The first reader stays registered throughout, as an armed source needs.
+#[test]
+fn loom_asym_registrant_on_an_armed_source_is_woken() {
+    let parked_first = ParkFirst::default();
+    let seen = parked_first.clone();
+    loom::model(move || {
+        let (mut writer, stage) = asym_ring(2);
+        let mut armer = stage.reader().unwrap();
+        assert!(!poll_once(armer.recv())); // registers and arms the writer's source
+        let mut late = stage.reader().unwrap();
+        let seen = seen.clone();
+        let t = thread::spawn(move || {
+            let (item, parked) = block_on_parked(late.recv()); // registers: armed, no fence
+            assert_eq!(*item.unwrap(), 3);
+            seen.saw(parked);
+            late
+        });
+        writer.try_publish(3).unwrap();
+        drop(t.join().unwrap());
+        assert!(armer.is_registered());
+        drop(writer);
+    });
+    parked_first.check("loom_asym_registrant_on_an_armed_source_is_woken");
+}
+
+/// Two readers register on the writer's source at the same time (one arms it with the heavy
+/// fence, the other may find it armed, or arming, or empty again after a deregistration)
+/// while the writer publishes: both are woken.
+#[test]
+fn loom_concurrent_registrations_race_a_publish() {
+    bounded(2).check(|| {
+        let (mut writer, stage) = ring(2);
+        let readers = [stage.reader().unwrap(), stage.reader().unwrap()].map(|mut reader| {
+            thread::spawn(move || {
+                assert_eq!(*block_on(reader.recv()).unwrap(), 4);
+                reader
+            })
+        });
+        writer.try_publish(4).unwrap();
+        for t in readers {
+            drop(t.join().unwrap());
+        }
+        drop(writer);
+    });
+}
+
+/// A reader joins while the writer laps a ring of 1 with nobody else reading, in the
+/// asymmetric fence model (the light fence after the writer's cursor store is nothing there):
+/// the full fences of the writer's gate scan and of the join keep the joiner from starting at
+/// a position the writer then overwrites. Removing the gate scan's fence fails this model
+/// (the symmetric models pass, the light fence standing in for it).
+#[test]
+fn loom_asym_join_races_the_writers_lap() {
+    loom::model(|| {
+        let (mut writer, stage) = asym_ring(1);
+        let t = thread::spawn(move || {
+            let mut reader = stage.reader().unwrap();
+            for _ in 0..2 {
+                if let Ok(item) = reader.try_recv() {
+                    assert_eq!(*item, item.position(), "a joiner read a lapped slot");
+                }
+            }
+            reader
+        });
+        let mut next = 0;
+        for _ in 0..3 {
+            if writer.try_publish(next).is_ok() {
+                next += 1;
+            }
+        }
         drop(t.join().unwrap());
     });
 }

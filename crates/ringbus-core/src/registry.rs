@@ -64,11 +64,20 @@ pub(crate) const WRITER_SOURCE: usize = 1;
 /// grow a group past its first chunk with three readers instead of thirty-three.
 pub(crate) const CHUNK: usize = if cfg!(ringbus_loom) { 2 } else { 32 };
 
+/// One registration in `Waiters::registered`.
+pub(crate) const REGISTRATION: usize = 2;
+
+/// `Waiters::registered`'s low bit: a registrant ran the heavy fence since the count last
+/// left zero (see `Shared::register`).
+pub(crate) const ARMED: usize = 1;
+
 /// Who waits on a source (the writer, or a group): see `Shared`'s docs.
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
-    /// Readers registered as waiting on the source. Non-zero: progress on the source takes
-    /// the slow path. Read (Relaxed, after the light fence) on every publish or release.
+    /// Readers registered as waiting on the source, times [`REGISTRATION`], plus [`ARMED`].
+    /// Non-zero (some reader is registered): progress on the source takes the slow path.
+    /// Read (Relaxed, after the light fence) on every publish or release; changed by
+    /// registrants with read-modify-writes.
     pub(crate) registered: AtomicUsize,
     /// Readers parked on the source now, counted by themselves from park to unpark. The slow
     /// path reads it after its full fence and scans only when it is non-zero.

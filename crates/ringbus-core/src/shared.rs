@@ -58,7 +58,7 @@ use std::mem::MaybeUninit;
 use std::ptr;
 
 use crate::atomic_waker::AtomicWaker;
-use crate::registry::{Group, Slot, Waiters, NOT_PARKED, WRITER_SOURCE};
+use crate::registry::{Group, Slot, Waiters, ARMED, NOT_PARKED, REGISTRATION, WRITER_SOURCE};
 use crate::sync::{
     full_fence, heavy_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Fences, Ordering,
 };
@@ -237,11 +237,14 @@ impl<T> Shared<T> {
 
     /// The smallest cursor of any reader of any stage, or `own` if smaller (or no readers).
     ///
-    /// The caller (the writer) has stored its cursor before; the [`light_fence`](crate::sync::light_fence) here pairs
-    /// with the joiner's [`heavy_fence`] (see `Stage::reader`): either this scan sees the
-    /// joiner's claimed slot, or the joiner's start position is at least `own`.
+    /// The caller (the writer) has stored its cursor before; the full fence here pairs with
+    /// the joiner's (see `Stage::reader`): either this scan sees the joiner's claimed slot, or
+    /// the joiner's start position is at least `own`. A full fence, not the light half of the
+    /// asymmetric pair: the writer scans once per lap (or per publish when the ring is full,
+    /// next to a scan of every reader), while a `membarrier` per join made joining cost
+    /// microseconds.
     pub(crate) fn gate(&self, own: u64) -> u64 {
-        self.fences.light();
+        full_fence();
         let mut min = own;
         for g in self.groups() {
             if let Some(m) = g.min_cursor() {
@@ -253,10 +256,11 @@ impl<T> Shared<T> {
 
     /// What a reader of a group following `upstream` may read up to, and the source it waits on.
     ///
-    /// A scan of an upstream group is validated against its `epoch`: the [`light_fence`](crate::sync::light_fence) after
-    /// the scan pairs with a joiner's [`heavy_fence`] after its epoch bump. If the epoch did not
-    /// move, the scan is ordered before the joiner's fence, so the joiner's start position is at
-    /// least every position this scan allowed and we can never run ahead of it.
+    /// A scan of an upstream group is validated against its `epoch`: the full fence after the
+    /// scan pairs with a joiner's after its epoch bump. If the epoch did not move, the scan is
+    /// ordered before the joiner's fence, so the joiner's start position is at least every
+    /// position this scan allowed and we can never run ahead of it. (Only later stages scan;
+    /// the first stage's barrier is the writer's cursor.)
     pub(crate) fn barrier(&self, upstream: Option<&Group>) -> (u64, usize) {
         self.scan_barrier::<false>(upstream)
     }
@@ -288,7 +292,7 @@ impl<T> Shared<T> {
                 Some(min) => (min, g.source),
                 None => self.scan_barrier::<SETTLED>(g.upstream()),
             };
-            self.fences.light();
+            full_fence();
             if g.epoch.load(Ordering::Relaxed) == epoch {
                 return found;
             }
@@ -319,20 +323,41 @@ impl<T> Shared<T> {
             .map(|g| &*g.watchers)
     }
 
-    /// Registers a reader as waiting on `source` (see the module docs). Pays the heavy fence.
+    /// Registers a reader as waiting on `source` (see the module docs). Pays the heavy fence
+    /// unless the source is armed.
     pub(crate) fn register(&self, source: usize) {
-        if let Some(w) = self.watchers(source) {
-            w.registered.fetch_add(1, Ordering::SeqCst);
+        let Some(w) = self.watchers(source) else {
+            return;
+        };
+        // AcqRel: Acquire pairs with the Release that armed the source (so the armer's heavy
+        // fence happens before our park and our look at the barrier).
+        let was = w.registered.fetch_add(REGISTRATION, Ordering::AcqRel);
+        if was & ARMED != 0 {
+            // Armed: since the count last left zero, a registrant ran the heavy fence, and the
+            // count has not been zero since (the deregistration that empties it disarms in the
+            // same step). Whoever makes progress on `source` and could miss our registration
+            // is either ordered after that fence, and reads a count that cannot be zero until
+            // we leave, or before it, and then its progress is visible to our look (through
+            // the armer's Release and our Acquire).
+            return;
         }
         // Pairs with the light fence of whoever makes progress on `source`: from here on, they
         // see the count and take the slow path.
         heavy_fence();
+        // Release: pairs with the Acquire of later registrants (above). We are counted, so
+        // the count has not been zero since our increment.
+        w.registered.fetch_or(ARMED, Ordering::Release);
     }
 
-    /// Takes back a registration.
+    /// Takes back a registration; the last one out disarms the source.
     pub(crate) fn deregister(&self, source: usize) {
         if let Some(w) = self.watchers(source) {
-            w.registered.fetch_sub(1, Ordering::Relaxed);
+            let _ = w
+                .registered
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                    let r = r - REGISTRATION;
+                    Some(if r < REGISTRATION { 0 } else { r })
+                });
         }
     }
 

@@ -106,10 +106,12 @@ impl<T> Stage<T> {
         group.members.fetch_add(1, Ordering::Relaxed);
         // 2. Tell downstream scans that a member arrived (they validate against `epoch`).
         group.epoch.fetch_add(1, Ordering::AcqRel);
-        // 3. Pairs with the light fence of the writer's gate scan and of downstream barrier
+        // 3. Pairs with the full fence of the writer's gate scan and of downstream barrier
         //    scans: a scan that missed our slot is ordered before this fence, so the barrier we
-        //    read next is at least everything that scan allowed.
-        crate::sync::heavy_fence();
+        //    read next is at least everything that scan allowed. (A plain full fence on both
+        //    sides, not the asymmetric pair: scans are rare enough, and a `membarrier` per join
+        //    cost microseconds.)
+        crate::sync::full_fence();
         // 4. Read the barrier again, from settled members only. A writer scan that missed our
         //    slot let the writer lap positions below its gate; every settled upstream cursor
         //    (and the writer's cursor) we read now is at least that gate: the scan either saw
