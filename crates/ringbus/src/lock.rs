@@ -131,12 +131,19 @@ impl<T> WriterLock<T> {
     pub(crate) fn lock_unless_parked(&self) -> Option<WriterGuard<'_, T>> {
         match self.try_lock() {
             Some(guard) => Some(guard),
-            None => self.lock_unless_parked_slow(),
+            None => self.lock_unless_parked_slow(false),
         }
     }
 
+    /// As [`lock_unless_parked`](Self::lock_unless_parked), but also `None` while tasks
+    /// queue for the lock: an async publisher then queues behind them (FIFO) rather than
+    /// barge ahead of the one the last unlock woke, over and over.
+    pub(crate) fn lock_if_running(&self) -> Option<WriterGuard<'_, T>> {
+        self.lock_unless_parked_slow(true)
+    }
+
     #[cold]
-    fn lock_unless_parked_slow(&self) -> Option<WriterGuard<'_, T>> {
+    fn lock_unless_parked_slow(&self, behind_queue: bool) -> Option<WriterGuard<'_, T>> {
         let me = thread_token();
         let mut spins = 0u32;
         loop {
@@ -149,7 +156,10 @@ impl<T> WriterLock<T> {
                 }
                 continue;
             }
-            if s & PARKED != 0 || self.owner.load(Ordering::Relaxed) == me {
+            if s & PARKED != 0
+                || (behind_queue && s & CONTENDED != 0)
+                || self.owner.load(Ordering::Relaxed) == me
+            {
                 return None;
             }
             // The holder is running on another thread: it lets go within its few

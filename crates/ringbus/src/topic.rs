@@ -410,8 +410,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// Waits for the writer (until `ctx` ends), then refuses if the bus closed meanwhile.
+    ///
+    /// A holder that is not parked is running its few instructions on another thread (see
+    /// the module docs), so it is waited for there, as `try_publish` does: parking the task
+    /// and being woken by the unlock would cost a task switch per contended publish. Only a
+    /// parked holder (the ring is full), one on this thread, or a queue already waiting (first
+    /// come, first served) is waited for asleep, in the lock's queue.
     async fn admit_wait(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
-        let guard = if ctx.is_never() {
+        let guard = if let Some(guard) = self.writer.lock_if_running() {
+            guard
+        } else if ctx.is_never() {
             self.writer.lock().await
         } else {
             tokio::select! {
