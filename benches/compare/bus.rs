@@ -1,12 +1,19 @@
-//! The bus scenarios: `ringbus` against topic maps a tokio user would build from the usual
-//! channels, wired by `common/bus_peers.rs` as `benches/bus.rs` wires them (the same
-//! subscribers that only count, the same topic maps), plus the `kanal` and `flume` fan-outs.
+//! The bus scenarios: `ringbus` against topic maps a performance-minded tokio user would
+//! build from the usual channels, wired by `common/bus_peers.rs` as `benches/bus.rs` wires
+//! them (the same subscribers that only count, the same `dashmap` topic maps), plus the
+//! `kanal` and `flume` fan-outs.
 //!
 //! A round builds a fresh bus and its subscribers (untimed), publishes the round's messages
 //! from a task (timed: the publishing side only), closes the bus (untimed; every system drains
 //! what was queued before its subscriber tasks end) and checks every subscriber's count and
 //! sum exactly; the lossy `tokio-broadcast` must account for each message as received or
 //! reported lost, and its losses are returned.
+//!
+//! Publishing by name and through handles resolved once are separate scenarios: `publish/1`
+//! and `publish/1/resolved`, and so on (the `/resolved` ones for every scenario where a
+//! lookup is a real part of a publish's cost: one subscriber per topic; with 10 or 100
+//! subscribers a lookup is shared by that many sends, and an unbuffered publish waits for
+//! its handler).
 
 use tokio::runtime::Runtime;
 
@@ -40,9 +47,18 @@ impl Channel for Kanal {
         tx.send(msg).await.is_ok()
     }
 
+    /// `recv` for the first message, then `drain_into` for what else is there.
     async fn consume(rx: Self::Rx, counter: Counter) {
+        let mut buf = Vec::new();
         while let Ok(m) = rx.recv().await {
             counter.add(m);
+            if buf.capacity() == 0 {
+                buf = bus_peers::batch_buffer();
+            }
+            let _ = rx.drain_into(&mut buf);
+            for m in buf.drain(..) {
+                counter.add(m);
+            }
         }
     }
 }
@@ -63,9 +79,15 @@ impl Channel for Flume {
         tx.send_async(msg).await.is_ok()
     }
 
+    /// `recv_async` for the first message, then `try_iter` for what else is there (flume's
+    /// `drain` takes the lock only once, but hands over the channel's queue itself, which the
+    /// next send then allocates again).
     async fn consume(rx: Self::Rx, counter: Counter) {
         while let Ok(m) = rx.recv_async().await {
             counter.add(m);
+            for m in rx.try_iter() {
+                counter.add(m);
+            }
         }
     }
 }
@@ -132,11 +154,32 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
         min_ops,
         cases: publish_cases(rt, shape),
     };
+    let parallel = one(1).publishers(PUBLISHERS);
+    let parallel_topics = topics.publishers(PUBLISHERS);
+    let subscribe = |name: &str, cases| Scenario {
+        name: name.to_string(),
+        family: "bus-subscribe",
+        unit: "subscribe + unsubscribe",
+        min_ops: 200,
+        cases,
+    };
     vec![
         publish("publish/1", "bus-publish", one(1), MIN_OPS),
+        publish(
+            "publish/1/resolved",
+            "bus-publish",
+            one(1).resolved(),
+            MIN_OPS,
+        ),
         publish("publish/10", "bus-publish", one(10), MIN_OPS),
         publish("publish/100", "bus-publish", one(100), MIN_OPS),
         publish("publish_topics", "bus-publish", topics, MIN_OPS),
+        publish(
+            "publish_topics/resolved",
+            "bus-publish",
+            topics.resolved(),
+            MIN_OPS,
+        ),
         // ringbus's capacity 0 is unbuffered (a publish returns once the handler ran); kanal
         // and flume go to 0 too (rendezvous: a send returns once a receiver took the
         // message); tokio's channels and async-broadcast stop at 1 (queued).
@@ -146,24 +189,28 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
             one(1).capacity(0),
             1_000,
         ),
+        publish("publish_parallel", "bus-parallel", parallel, MIN_OPS),
         publish(
-            "publish_parallel",
+            "publish_parallel/resolved",
             "bus-parallel",
-            one(1).publishers(PUBLISHERS),
+            parallel.resolved(),
             MIN_OPS,
         ),
         publish(
             "publish_parallel_topics",
             "bus-parallel",
-            topics.publishers(PUBLISHERS),
+            parallel_topics,
             MIN_OPS,
         ),
-        Scenario {
-            name: "subscribe".to_string(),
-            family: "bus-subscribe",
-            unit: "subscribe + unsubscribe",
-            min_ops: 200,
-            cases: vec![
+        publish(
+            "publish_parallel_topics/resolved",
+            "bus-parallel",
+            parallel_topics.resolved(),
+            MIN_OPS,
+        ),
+        subscribe(
+            "subscribe",
+            vec![
                 subscribe_case::<Ringbus>(rt, "ringbus"),
                 subscribe_case::<TokioBroadcast>(rt, "tokio-broadcast"),
                 subscribe_case::<AsyncBroadcast>(rt, "async-broadcast"),
@@ -171,6 +218,6 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
                 subscribe_case::<FanoutBus<Kanal>>(rt, "kanal-fanout"),
                 subscribe_case::<FanoutBus<Flume>>(rt, "flume-fanout"),
             ],
-        },
+        ),
     ]
 }

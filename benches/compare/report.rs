@@ -23,14 +23,18 @@ pub(crate) const FAMILIES: &[(&str, &str, &str)] = &[
          count. `publish/N`: one topic, N subscribers. `publish_topics`: 100 topics, one \
          subscriber each, message `i` to topic `i % 100`. `publish_unbuffered`: one subscriber, \
          the smallest capacity each system has (see below). Time per publish call, whatever \
-         the number of subscribers it reaches.",
+         the number of subscribers it reaches. A scenario publishes by topic name; its \
+         `/resolved` twin publishes through handles every system resolved once before the \
+         clock started (ringbus's `Topic`, the peers' senders or subscriber lists; see \
+         Method).",
     ),
     (
         "bus-parallel",
         "Bus: 16 publishers at once",
         "As `publish/1` and `publish_topics`, from 16 publisher tasks at once (publisher `p` \
-         publishes messages `p, p + 16, ...`). Wall time from spawning them to joining the \
-         last, divided by the number of publish calls (16 calls are in flight at once).",
+         publishes messages `p, p + 16, ...`), by name and (`/resolved`) through handles \
+         resolved once. Wall time from spawning them to joining the last, divided by the \
+         number of publish calls (16 calls are in flight at once).",
     ),
     (
         "bus-subscribe",
@@ -283,7 +287,7 @@ fn chart(
     let mut chart = ChartBuilder::on(&plot)
         .caption(title, ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(36)
+        .x_label_area_size(52)
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..scenarios.len() as f64, (ylo..yhi).log_scale())?;
     chart
@@ -316,14 +320,22 @@ fn chart(
             ])?;
         }
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ylo));
-        root.draw(&Text::new(
-            short(sc).to_string(),
-            (px, py + 8),
-            ("sans-serif", 14)
-                .into_font()
-                .color(&BLACK)
-                .pos(Pos::new(HPos::Center, VPos::Top)),
-        ))?;
+        // A `/resolved` twin's label on two lines, so neighbours do not overlap.
+        let label = short(sc);
+        let lines = match label.strip_suffix("/resolved") {
+            Some(base) => vec![base, "(resolved)"],
+            None => vec![label],
+        };
+        for (k, line) in lines.into_iter().enumerate() {
+            root.draw(&Text::new(
+                line.to_string(),
+                (px, py + 8 + 16 * k as i32),
+                ("sans-serif", 14)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Top)),
+            ))?;
+        }
     }
     let font = ("sans-serif", 14).into_font().color(&BLACK);
     for (j, s) in systems.iter().enumerate() {
@@ -744,16 +756,29 @@ fn method(rounds: &str, target_ms: &str) -> String {
          window are not counted.\n\
          - **Bus scenarios** run on one tokio multi-thread runtime with 2 workers: \
          publishers and subscribers are tasks on it. Every subscriber only counts (its own \
-         cache-padded counter). Each round builds a fresh bus. Systems, wired as users wire \
-         them, every queue holding 1024 `u64`s unless a scenario says otherwise:\n  \
-           - `ringbus`: `bus.publish(name, msg).await` by name, subscribers \
+         cache-padded counter). Each round builds a fresh bus. Every system gets its \
+         strongest reasonable wiring, as a performance-minded user would write it (each \
+         choice is argued in `benches/common/bus_peers.rs`), every queue holding 1024 `u64`s \
+         unless a scenario says otherwise:\n  \
+           - `ringbus`: `bus.publish(name, msg).await` by name, `topic.publish(msg).await` \
+         through a `Topic` resolved once (`bus.topic::<u64>(name)`); subscribers \
          `bus.subscribe(name, |m: &u64| ...)`;\n  \
-           - `tokio-broadcast`: `RwLock<HashMap<String, broadcast::Sender>>`, lossy;\n  \
-           - `async-broadcast`: the same map over `async_broadcast`, overflow off \
-         (publishers wait), `broadcast_direct` / `recv_direct`;\n  \
-           - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: a topic map of \
-         copy-on-write subscriber lists, one bounded channel per subscriber; a publish sends \
-         to each in turn and waits for room (the Go-bus design).\n\
+           - the peers' topic registries: a `dashmap::DashMap<String, _>` (sharded locks, \
+         never one lock every publisher shares), hashed with FNV-1a as ringbus hashes names \
+         (the std SipHash took about twice as long on these names when measured here); a \
+         lookup holds its shard's read lock only around synchronous code, and a publish that \
+         awaits clones the topic's `Arc` out first. In the `/resolved` rows each topic is \
+         resolved once before the clock starts: tokio's `broadcast::Sender`, \
+         async-broadcast's channel, the fan-out's subscriber list (a snapshot, which would \
+         miss a later subscriber: the fan-out's best case, since no scenario subscribes while \
+         publishing);\n  \
+           - `tokio-broadcast`: `send`; lossy;\n  \
+           - `async-broadcast`: overflow off (publishers wait), `broadcast_direct` / \
+         `recv_direct` (its allocation-free forms);\n  \
+           - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: copy-on-write subscriber \
+         lists (`Arc<[(id, Sender)]>`), one bounded channel per subscriber; a publish sends \
+         to each in turn and waits for room (the Go-bus design); a subscriber takes what is \
+         there with the channel's batch receive (`recv_many`, `drain_into`, `try_iter`).\n\
          - **`publish_unbuffered`** is not like for like: ringbus's capacity 0 returns once \
          the handler *has run*; `kanal` and `flume` at capacity 0 are rendezvous channels \
          (a send returns once a receiver *took* the message); `tokio-broadcast`, \
