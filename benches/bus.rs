@@ -21,7 +21,9 @@
 //!   it. Subscribers are `bus.subscribe(name, |m: &u64| ...)` closures.
 //! - `tokio-broadcast`: a `dashmap::DashMap<String, tokio::sync::broadcast::Sender<u64>>`
 //!   (hashed with FNV-1a, as ringbus hashes names); a publish `send`s under the shard's read
-//!   lock. Lossy: a subscriber a lap behind gets `Lagged(n)`; the losses are counted, checked
+//!   lock, then spends a unit of tokio's cooperative budget (without it the publisher never
+//!   yields and its subscriber never runs: see `TokioBroadcast` in `common/bus_peers.rs`).
+//!   Lossy: a subscriber a lap behind gets `Lagged(n)`; the losses are counted, checked
 //!   (`received + lost == published`) and printed as `LOSSES ...` lines after each benchmark.
 //! - `async-broadcast`: the same map over `async_broadcast` (overflow off, so publishers wait:
 //!   backpressure; `await_active` off, so a topic without subscribers drops, as the others

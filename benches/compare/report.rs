@@ -772,13 +772,33 @@ fn method(rounds: &str, target_ms: &str) -> String {
          async-broadcast's channel, the fan-out's subscriber list (a snapshot, which would \
          miss a later subscriber: the fan-out's best case, since no scenario subscribes while \
          publishing);\n  \
-           - `tokio-broadcast`: `send`; lossy;\n  \
+           - `tokio-broadcast`: `send`, then `tokio::task::coop::consume_budget().await` \
+         (why: see *tokio-broadcast's losses* below); lossy;\n  \
            - `async-broadcast`: overflow off (publishers wait), `broadcast_direct` / \
          `recv_direct` (its allocation-free forms);\n  \
            - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: copy-on-write subscriber \
          lists (`Arc<[(id, Sender)]>`), one bounded channel per subscriber; a publish sends \
          to each in turn and waits for room (the Go-bus design); a subscriber takes what is \
          there with the channel's batch receive (`recv_many`, `drain_into`, `try_iter`).\n\
+         - **tokio-broadcast's losses.** Earlier runs of this page showed `tokio-broadcast` \
+         losing 100.0 % of `publish/1` (79.2 M of 79.2 M) at 45 ns a publish: its subscriber \
+         never ran while the publisher did. `broadcast::Sender::send` is synchronous and, \
+         unlike tokio's mpsc and ringbus, spends none of the task's cooperative budget, so a \
+         publishing loop never yields. The first send wakes the parked subscriber from a \
+         worker thread, and tokio puts a task woken there into that worker's LIFO slot, which \
+         the other worker cannot steal and is not told about. So the subscriber waited for \
+         the whole timed window, then received exactly the last queue's worth (9 rounds x \
+         1,024 of 79.2 M; 9 x 1 at capacity 1 in `publish_unbuffered`) and was told it had \
+         lost the rest: the figure was the cost of `send` into a queue nobody read. A user \
+         would see a subscriber that receives nothing and add a yield point; the publisher \
+         now spends tokio's budget after each send (`consume_budget`, tokio's tool for a \
+         loop that would never yield), which makes it exactly as cooperative as ringbus's \
+         publish and tokio's mpsc send (a yield after 128 operations). Its subscriber now \
+         runs, and the *lost* column is what remains: a subscriber that cannot keep up with a \
+         publisher that never waits for it (with 16 publishers and one subscriber on 2 \
+         workers, most of it). The kanal, flume and async-broadcast publishers spend no tokio \
+         budget either, but they wait when a queue is full, which lets their subscriber run \
+         once per queue's worth.\n\
          - **`publish_unbuffered`** is not like for like: ringbus's capacity 0 returns once \
          the handler *has run*; `kanal` and `flume` at capacity 0 are rendezvous channels \
          (a send returns once a receiver *took* the message); `tokio-broadcast`, \
@@ -903,11 +923,11 @@ fn conclusions(all: &[Row]) -> String {
          share two cores, so scheduling decides much of every figure. Absolute times have \
          moved 2x between runs of the same binary here; ratios move less, not never.\n\
          - **Not allowed:** reading `tokio-broadcast` as a faster bus. It never waits for a \
-         subscriber: where it is cheapest it also lost most deliveries (the *lost* column); \
-         its figure is the cost of `send` into a queue that is not being read, not a delivery \
-         rate. The backpressured systems, by contrast, can never run more than a queue ahead \
-         of their slowest subscriber, so their figure is also the sustained throughput of the \
-         whole pipeline.\n\
+         subscriber: where it is cheapest it also lost deliveries (the *lost* column), and its \
+         figure is the publisher's cost alone, not a delivery rate. The backpressured \
+         systems, by contrast, can never run more than a queue ahead of their slowest \
+         subscriber, so their figure is also the sustained throughput of the whole \
+         pipeline.\n\
          - **Not allowed:** reading `publish_unbuffered` as like for like (different \
          promises, see Method), or the disruptor's figures with more than one consumer as the \
          crate's best (it wants a core per consumer).\n\
