@@ -291,7 +291,7 @@ fn scenario(c: &mut Criterion, rt: &Runtime, group: &str, shape: Shape) {
 
 fn subscribe_system<S: System>(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, system: &str) {
     g.bench_function(system, |b| {
-        b.iter_custom(|n| bus_peers::subscribe_round::<Instant, S>(rt, system, n));
+        b.iter_custom(|n| bus_peers::subscribe_round::<Instant, S>(rt, system, n).0);
     });
 }
 

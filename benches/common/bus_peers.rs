@@ -13,7 +13,8 @@
 //! Included as `#[path = "common/bus_peers.rs"] mod bus_peers;` next to
 //! `#[path = "common/stopwatch.rs"] mod stopwatch;`; the includer defines `CAP`, the queue
 //! capacity of every system. What only one of them runs stays there: `ringbus/topic` in
-//! `bus.rs`, the `kanal` and `flume` channels of the fan-out in `compare/bus.rs`.
+//! `bus.rs`, the `kanal` and `flume` channels of the fan-out and the subscriptions without a
+//! task in `compare/bus.rs`.
 
 use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -671,7 +672,7 @@ impl Shape {
     }
 }
 
-fn topic_names(n: usize) -> Vec<String> {
+pub(crate) fn topic_names(n: usize) -> Vec<String> {
     (0..n).map(|t| format!("topic-{t}")).collect()
 }
 
@@ -833,12 +834,13 @@ pub(crate) fn check<S: System>(
 }
 
 /// `subscribe`: `n` subscribe + unsubscribe pairs on an existing topic from a task on `rt`
-/// (timed), then a check that `n` subscribers ran and ended.
+/// (timed), then a check that `n` subscribers ran and ended. Returns the window's reading
+/// and the tasks one subscription keeps alive (see [`tasks_alive`]).
 pub(crate) fn subscribe_round<W: Stopwatch, S: System>(
     rt: &Runtime,
     system: &str,
     n: u64,
-) -> W::Reading {
+) -> (W::Reading, u64) {
     let sys = Arc::new(S::build(CAP, &topic_names(1)));
     let tally = tally();
     let timed = rt
@@ -854,7 +856,32 @@ pub(crate) fn subscribe_round<W: Stopwatch, S: System>(
             }
         }))
         .expect("the subscribing task panicked");
+    let (s, t) = (&*sys, &tally);
+    let tasks = tasks_alive(rt, || {
+        let sub = s.subscribe(0, Counter(t.clone()));
+        move || rt.block_on(s.unsubscribe(sub))
+    });
     rt.block_on(sys.close(Vec::new()));
-    wait_ended(system, &[&tally], n);
-    timed
+    wait_ended(system, &[&tally], n + 3);
+    (timed, tasks)
+}
+
+/// How many more tasks are alive on `rt` while what `hold` made is held (`hold` returns its
+/// release), measured untimed after a round, not taken from the wiring's word: the runtime's
+/// count of alive tasks (`RuntimeMetrics::num_alive_tasks`) with it held, less the count
+/// before. A task of the round that ends late would lower one reading, never raise it, so the
+/// highest of 3 is kept.
+pub(crate) fn tasks_alive<R: FnOnce()>(rt: &Runtime, mut hold: impl FnMut() -> R) -> u64 {
+    let metrics = rt.metrics();
+    let _runtime = rt.enter();
+    (0..3)
+        .map(|_| {
+            let before = metrics.num_alive_tasks();
+            let release = hold();
+            let during = metrics.num_alive_tasks();
+            release();
+            during.saturating_sub(before) as u64
+        })
+        .max()
+        .unwrap_or(0)
 }

@@ -39,8 +39,17 @@ pub(crate) const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "bus-subscribe",
         "Bus: subscribe + unsubscribe",
-        "Subscribe a counting handler to an existing topic, then unsubscribe and wait for its \
-         task to end; time per pair.",
+        "`subscribe`: subscribe a counting handler to an existing topic, then unsubscribe and \
+         wait for its task to end; time per pair. Like for like: every system's subscriber is \
+         a task that handles its messages (ringbus's `subscribe` spawns it; for the peers the \
+         wiring spawns the task that drains the receiver, as their users must). \
+         `subscribe_receiver`: the peers' cheapest subscribe, the receiver alone (a broadcast \
+         receiver; a channel added to the fan-out's list), no task: a subscriber polled from \
+         a task the user already has. ringbus has no such form; its row there is its \
+         `subscribe`, task included. *allocs per pair*: allocations of one subscribe + \
+         unsubscribe, counted as for a publish. *tasks per subscription*: measured, not \
+         declared: how many more tasks the runtime has alive while one subscription is held \
+         (tokio's `num_alive_tasks`, after the round).",
     ),
     (
         "ring-publish",
@@ -101,6 +110,9 @@ pub(crate) struct Figure {
     pub(crate) allocs_per_op: Vec<f64>,
     pub(crate) lost: u64,
     pub(crate) deliveries: u64,
+    /// Tasks one subscription keeps alive (the subscribe scenarios), the highest of the
+    /// rounds.
+    pub(crate) tasks: Option<u64>,
 }
 
 /// Per-round ratios `peer / ringbus` (rounds are interleaved, so round `r` of both ran
@@ -126,6 +138,9 @@ pub(crate) fn figure_json(f: &Figure, ringbus: Option<&Figure>) -> Value {
         "messages_per_round": f.messages,
         "rounds_ns": f.rounds_ns.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
     });
+    if let Some(t) = f.tasks {
+        o["tasks_per_subscription"] = json!(t);
+    }
     if let Some(r) = ringbus.filter(|r| r.system != f.system) {
         let q = ratios(&f.rounds_ns, &r.rounds_ns);
         o["ratio_to_ringbus"] = json!({
@@ -210,6 +225,7 @@ struct Row {
     lost: u64,
     deliveries: u64,
     ratio: Option<(f64, f64, f64)>,
+    tasks: Option<u64>,
 }
 
 fn rows(results: &Value) -> Vec<Row> {
@@ -227,6 +243,7 @@ fn rows(results: &Value) -> Vec<Row> {
             allocs: num(f, "allocs_per_op"),
             lost: f["lost"].as_u64().unwrap_or(0),
             deliveries: f["deliveries"].as_u64().unwrap_or(0),
+            tasks: f["tasks_per_subscription"].as_u64(),
             ratio: f.get("ratio_to_ringbus").map(|r| {
                 (
                     r["median"].as_f64().unwrap_or(f64::NAN),
@@ -542,10 +559,22 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
             }
             Err(e) => eprintln!("could not draw {svg}: {e}"),
         }
+        // The subscribe family says per pair what it allocates and what it spawns.
+        let subscribe = *family == "bus-subscribe";
         let _ = writeln!(
             md,
-            "| scenario | system | median | min – max | ratio (peer / ringbus) | allocs/op | lost |\n\
-             |---|---|---:|---:|---:|---:|---:|"
+            "| scenario | system | median | min – max | ratio (peer / ringbus) | {} | {} |\n\
+             |---|---|---:|---:|---:|---:|---:|",
+            if subscribe {
+                "allocs per pair"
+            } else {
+                "allocs/op"
+            },
+            if subscribe {
+                "tasks per subscription"
+            } else {
+                "lost"
+            }
         );
         for sc in &scenarios {
             let mut here: Vec<&Row> = all.iter().filter(|r| &r.scenario == sc).collect();
@@ -586,7 +615,11 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
                     } else {
                         "-".into()
                     },
-                    lost_cell(r)
+                    if subscribe {
+                        r.tasks.map_or("-".into(), |t| t.to_string())
+                    } else {
+                        lost_cell(r)
+                    }
                 );
             }
         }
@@ -928,6 +961,9 @@ fn conclusions(all: &[Row]) -> String {
          systems, by contrast, can never run more than a queue ahead of their slowest \
          subscriber, so their figure is also the sustained throughput of the whole \
          pipeline.\n\
+         - **Not allowed:** reading `subscribe_receiver` as like for like: the peers' rows \
+         there spawn nothing (the *tasks per subscription* column), ringbus's spawns its \
+         handler's task. `subscribe` is the like-for-like row.\n\
          - **Not allowed:** reading `publish_unbuffered` as like for like (different \
          promises, see Method), or the disruptor's figures with more than one consumer as the \
          crate's best (it wants a core per consumer).\n\
