@@ -17,20 +17,24 @@
 //! the scenario says otherwise:
 //!
 //! - `ringbus`: `bus.publish(name, msg).await` by name; `ringbus/topic` publishes through a
-//!   resolved [`Topic`] handle instead (`topic.publish(msg).await`). Subscribers are
-//!   `bus.subscribe(name, |m: &u64| ...)` closures.
-//! - `tokio-broadcast`: `std::sync::RwLock<HashMap<String, tokio::sync::broadcast::Sender<u64>>>`;
-//!   a publish takes the read lock and `send`s. Lossy: a subscriber a lap behind gets
-//!   `Lagged(n)`; the losses are counted, checked (`received + lost == published`) and
-//!   printed as `LOSSES ...` lines after each benchmark.
+//!   resolved [`Topic`] handle instead (`topic.publish(msg).await`) and subscribes through
+//!   it. Subscribers are `bus.subscribe(name, |m: &u64| ...)` closures.
+//! - `tokio-broadcast`: a `dashmap::DashMap<String, tokio::sync::broadcast::Sender<u64>>`
+//!   (hashed with FNV-1a, as ringbus hashes names); a publish `send`s under the shard's read
+//!   lock, then spends a unit of tokio's cooperative budget (without it the publisher never
+//!   yields and its subscriber never runs: see `TokioBroadcast` in `common/bus_peers.rs`).
+//!   Lossy: a subscriber a lap behind gets `Lagged(n)`; the losses are counted, checked
+//!   (`received + lost == published`) and printed as `LOSSES ...` lines after each benchmark.
 //! - `async-broadcast`: the same map over `async_broadcast` (overflow off, so publishers wait:
 //!   backpressure; `await_active` off, so a topic without subscribers drops, as the others
-//!   do). The map holds `Arc`s so a publish clones one out of the read lock and awaits
-//!   `broadcast_direct` without holding it (a `std` guard cannot cross an `.await` in a
-//!   spawned task). `broadcast_direct` / `recv_direct` are the crate's allocation-free forms.
-//! - `tokio-mpsc-fanout`: a topic map of copy-on-write `Arc<Vec<tokio::sync::mpsc::Sender>>`,
+//!   do). The map holds `Arc`s so a publish clones one out and awaits `broadcast_direct`
+//!   holding no lock. `broadcast_direct` / `recv_direct` are the crate's allocation-free forms.
+//! - `tokio-mpsc-fanout`: the same map of copy-on-write `Arc<[tokio::sync::mpsc::Sender]>`,
 //!   one bounded channel per subscriber; a publish sends to each in turn (`send().await`), the
-//!   design of Go buses.
+//!   design of Go buses; a subscriber takes what is there with `recv_many`.
+//!
+//! The comparison runner (`compare.rs`) also runs every system through handles resolved once
+//! (`System::resolve`); here only `ringbus/topic` does.
 //!
 //! Every subscriber only counts: its own counter (a cache-padded count and sum, written with
 //! a plain load and store by the subscriber alone), never one shared with other subscribers.
@@ -98,7 +102,9 @@ const CAP: usize = 1024;
 // ringbus through resolved handles (the other systems are in `common/bus_peers.rs`)
 // ---------------------------------------------------------------------------------------------
 
-/// ringbus, publishing (and subscribing) through resolved `Topic` handles.
+/// ringbus, subscribing through resolved `Topic` handles (the `subscribe` group's
+/// `ringbus/topic`; the publish groups' `ringbus/topic` is [`Ringbus`] through
+/// `System::resolve`, which is this type's `publish` too).
 struct RingbusTopic {
     bus: Bus,
     topics: Vec<Topic<u64>>,
@@ -107,6 +113,8 @@ struct RingbusTopic {
 impl System for RingbusTopic {
     const LOSSY: bool = false;
     type Sub = Subscription;
+    /// The index of a handle it holds.
+    type Handle = usize;
 
     fn build(capacity: usize, names: &[String]) -> Self {
         let bus = Bus::builder().capacity(capacity).build();
@@ -129,6 +137,14 @@ impl System for RingbusTopic {
 
     async fn publish(&self, topic: usize, msg: u64) {
         self.topics[topic].publish(msg).await.expect("publish");
+    }
+
+    fn resolve(&self, topic: usize) -> usize {
+        topic
+    }
+
+    async fn publish_to(&self, topic: &usize, msg: u64) {
+        self.publish(*topic, msg).await;
     }
 
     async fn close(&self, subs: Vec<Subscription>) {
@@ -264,7 +280,9 @@ fn scenario(c: &mut Criterion, rt: &Runtime, group: &str, shape: Shape) {
     g.throughput(Throughput::Elements(1));
     g.sampling_mode(SamplingMode::Flat);
     bench_system::<Ringbus>(&mut g, rt, group, "ringbus", shape);
-    bench_system::<RingbusTopic>(&mut g, rt, group, "ringbus/topic", shape);
+    // Publishing through `Topic` handles resolved once (`System::resolve`).
+    let resolved = shape.resolved();
+    bench_system::<Ringbus>(&mut g, rt, group, "ringbus/topic", resolved);
     bench_system::<TokioBroadcast>(&mut g, rt, group, "tokio-broadcast", shape);
     bench_system::<AsyncBroadcast>(&mut g, rt, group, "async-broadcast", shape);
     bench_system::<MpscFanout>(&mut g, rt, group, "tokio-mpsc-fanout", shape);
@@ -273,7 +291,7 @@ fn scenario(c: &mut Criterion, rt: &Runtime, group: &str, shape: Shape) {
 
 fn subscribe_system<S: System>(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, system: &str) {
     g.bench_function(system, |b| {
-        b.iter_custom(|n| bus_peers::subscribe_round::<Instant, S>(rt, system, n));
+        b.iter_custom(|n| bus_peers::subscribe_round::<Instant, S>(rt, system, n).0);
     });
 }
 

@@ -77,6 +77,8 @@ pub(crate) struct Outcome {
     pub(crate) lost: u64,
     /// Deliveries due (messages times the subscribers each reaches).
     pub(crate) deliveries: u64,
+    /// Tasks one subscription keeps alive, measured (the subscribe scenarios only).
+    pub(crate) tasks: Option<u64>,
 }
 
 impl Outcome {
@@ -88,6 +90,15 @@ impl Outcome {
             allocations: timed.allocations,
             lost,
             deliveries,
+            tasks: None,
+        }
+    }
+
+    /// With the tasks one subscription keeps alive.
+    pub(crate) fn tasks(self, tasks: u64) -> Self {
+        Self {
+            tasks: Some(tasks),
+            ..self
         }
     }
 }
@@ -298,10 +309,13 @@ fn print_scenario(figures: &[Figure]) {
         } else {
             String::new()
         };
+        let tasks = f
+            .tasks
+            .map_or(String::new(), |t| format!("  tasks/subscription {t}"));
         let lo = f.rounds_ns.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = f.rounds_ns.iter().copied().fold(0.0, f64::max);
         println!(
-            "  {:18} {:>10} [{:>10} - {:>10}]  peer/ringbus {ratio}  allocs/op {:.3}{lost}",
+            "  {:18} {:>10} [{:>10} - {:>10}]  peer/ringbus {ratio}  allocs/op {:.3}{lost}{tasks}",
             f.system,
             fmt_ns(median(&f.rounds_ns)),
             fmt_ns(lo),
@@ -352,6 +366,7 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
                 allocs_per_op: Vec::new(),
                 lost: 0,
                 deliveries: 0,
+                tasks: None,
             });
         }
         progress.scenario_end();
@@ -378,6 +393,9 @@ fn measure(o: &Options, scenarios: &mut [Scenario<'_>]) -> (Vec<Figure>, Value) 
                     .push(out.allocations as f64 / out.ops as f64);
                 fig.lost += out.lost;
                 fig.deliveries += out.deliveries;
+                if let Some(t) = out.tasks {
+                    fig.tasks = Some(fig.tasks.map_or(t, |f: u64| f.max(t)));
+                }
             }
             progress.scenario_end();
             load_max = load_max.max(common::loadavg()[0]);

@@ -1,22 +1,30 @@
 //! The bus systems as the bus benchmarks wire them, shared by the criterion bench (`bus.rs`)
 //! and the comparison runner (`compare/bus.rs`): subscribers that only count, the `System`
-//! trait with `ringbus` and the topic maps a tokio user would build from the usual channels
-//! (tokio broadcast, async-broadcast, the fan-out of one bounded channel per subscriber), the
-//! publishing side of a run and the checks of what every subscriber counted.
+//! trait with `ringbus` and the topic maps a performance-minded tokio user would build from
+//! the usual channels (tokio broadcast, async-broadcast, the fan-out of one bounded channel
+//! per subscriber), the publishing side of a run (by name, or through handles resolved once)
+//! and the checks of what every subscriber counted.
+//!
+//! Every peer gets its strongest reasonable wiring, each choice argued where it is made: a
+//! sharded map (`dashmap`, hashed as ringbus hashes names) for lookups by name, handles
+//! resolved once for the rows that publish through them, the channels' batch receives in
+//! the subscribers, allocation-free send and receive forms where a crate has both.
 //!
 //! Included as `#[path = "common/bus_peers.rs"] mod bus_peers;` next to
 //! `#[path = "common/stopwatch.rs"] mod stopwatch;`; the includer defines `CAP`, the queue
 //! capacity of every system. What only one of them runs stays there: `ringbus/topic` in
-//! `bus.rs`, the `kanal` and `flume` channels of the fan-out in `compare/bus.rs`.
+//! `bus.rs`, the `kanal` and `flume` channels of the fan-out and the subscriptions without a
+//! task in `compare/bus.rs`.
 
-use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use ringbus::{Bus, Subscription};
+use dashmap::DashMap;
+use ringbus::{Bus, Subscription, Topic};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -107,13 +115,18 @@ fn expected(n: u64, topics: u64, t: u64) -> (u64, u64) {
 // ---------------------------------------------------------------------------------------------
 
 /// A topic-based bus as the benchmarks drive it. Topics are given by index into the names
-/// the bus was built with; every implementation looks them up by name, as its users would
-/// (except `ringbus/topic` in `bus.rs`, whose point is the resolved handle).
+/// the bus was built with. Two ways to publish, each its own row: by name
+/// ([`publish`](System::publish): every implementation looks the name up, as its users
+/// would), and through a handle resolved once before the clock starts
+/// ([`resolve`](System::resolve) and [`publish_to`](System::publish_to): ringbus's `Topic`,
+/// a peer's sender or subscriber list), as a user who keeps a handle would.
 pub(crate) trait System: Send + Sync + Sized + 'static {
     /// True if a subscriber may lose messages (and is told how many).
     const LOSSY: bool;
     /// A running subscriber.
     type Sub: Send + 'static;
+    /// A topic resolved once: what a publisher keeps instead of the topic's name.
+    type Handle: Send + Sync + 'static;
 
     /// A bus whose topics `names` exist and hold `capacity` messages (or the system's
     /// smallest capacity, if that is more).
@@ -122,8 +135,12 @@ pub(crate) trait System: Send + Sync + Sized + 'static {
     fn subscribe(&self, topic: usize, counter: Counter) -> Self::Sub;
     /// Unsubscribes and waits for the subscriber's task to end.
     fn unsubscribe(&self, sub: Self::Sub) -> impl Future<Output = ()> + Send;
-    /// Publishes `msg` to topic `topic`.
+    /// Publishes `msg` to topic `topic`, looked up by name.
     fn publish(&self, topic: usize, msg: u64) -> impl Future<Output = ()> + Send;
+    /// Resolves topic `topic` once, after its subscribers joined.
+    fn resolve(&self, topic: usize) -> Self::Handle;
+    /// Publishes `msg` through a resolved topic.
+    fn publish_to(&self, topic: &Self::Handle, msg: u64) -> impl Future<Output = ()> + Send;
     /// Stops the bus; returns once every subscriber handled what it was sent and its task
     /// ended.
     fn close(&self, subs: Vec<Self::Sub>) -> impl Future<Output = ()> + Send;
@@ -136,50 +153,117 @@ async fn join_all(tasks: Vec<JoinHandle<()>>) {
     }
 }
 
-/// A topic map as its users write one: topic name to `T` behind a `std` `RwLock`, every
-/// operation looking the topic up by name.
-struct TopicMap<T> {
+/// FNV-1a, the hash ringbus's own topic registry applies to names (`ringbus::bus::Fnv`), so
+/// that a lookup by name compares the maps, not the hash functions: the std default
+/// (SipHash-1-3, built against hash flooding) took about twice as long on names like these
+/// (`topic-42`) when measured here, and a user who cares about a publish's cost would not
+/// keep it for a map of names they chose.
+pub(crate) struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A topic map as a performance-minded user writes one: topic name to `T` in a
+/// `dashmap::DashMap` (sharded locks: publishers to different topics take different locks,
+/// never one lock every publisher shares), every operation looking the topic up by name.
+///
+/// A lookup holds its shard's read lock only while it runs synchronous code: no system here
+/// awaits under it (a publisher waiting for room while holding a shard's read lock would
+/// block every subscribe to that shard, and the worker thread it runs on, for as long as it
+/// waits). Where a publish awaits, it clones the topic's `Arc` out first and awaits holding
+/// no lock.
+pub(crate) struct TopicMap<T> {
     /// The capacity of a topic's channels.
     capacity: usize,
     names: Vec<String>,
-    topics: RwLock<HashMap<String, T>>,
+    topics: DashMap<String, T, BuildHasherDefault<Fnv>>,
 }
 
 impl<T> TopicMap<T> {
     /// A map holding `make(capacity)` for each of `names`.
     fn new(capacity: usize, names: &[String], make: impl Fn(usize) -> T) -> Self {
-        let topics = names.iter().map(|n| (n.clone(), make(capacity))).collect();
+        let topics = DashMap::with_hasher(BuildHasherDefault::default());
+        for n in names {
+            topics.insert(n.clone(), make(capacity));
+        }
         Self {
             capacity,
             names: names.to_vec(),
-            topics: RwLock::new(topics),
+            topics,
         }
     }
 
-    /// `get` of topic `topic` under the read lock; `None` if the map does not hold it.
-    fn with<R>(&self, topic: usize, get: impl FnOnce(&T) -> R) -> Option<R> {
-        self.topics.read().unwrap().get(&self.names[topic]).map(get)
+    /// `get` of topic `topic` under its shard's read lock; `None` if the map does not hold
+    /// it.
+    pub(crate) fn with<R>(&self, topic: usize, get: impl FnOnce(&T) -> R) -> Option<R> {
+        self.topics.get(self.names[topic].as_str()).map(|e| get(&e))
     }
 
-    /// `get` of topic `topic`, found under the read lock, or else made (`make(capacity)`)
-    /// under the write lock: a subscribe to a topic the bus was not built with.
-    fn lookup<R>(&self, topic: usize, make: impl FnOnce(usize) -> T, get: impl Fn(&T) -> R) -> R {
+    /// `get` of topic `topic`, found under its shard's read lock, or else made
+    /// (`make(capacity)`) under the write lock: a subscribe to a topic the bus was not built
+    /// with.
+    pub(crate) fn lookup<R>(
+        &self,
+        topic: usize,
+        make: impl FnOnce(usize) -> T,
+        get: impl Fn(&T) -> R,
+    ) -> R {
         if let Some(r) = self.with(topic, &get) {
             return r;
         }
-        let mut topics = self.topics.write().unwrap();
         let name = self.names[topic].clone();
-        get(topics.entry(name).or_insert_with(|| make(self.capacity)))
+        get(&self
+            .topics
+            .entry(name)
+            .or_insert_with(|| make(self.capacity)))
+    }
+
+    /// `change` of topic `topic` under its shard's write lock, the topic made
+    /// (`make(capacity)`) first if the map does not hold it. The name is cloned (allocated)
+    /// only in that case.
+    fn update<R>(
+        &self,
+        topic: usize,
+        make: impl FnOnce(usize) -> T,
+        change: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        let name = &self.names[topic];
+        match self.topics.get_mut(name.as_str()) {
+            Some(mut e) => change(&mut e),
+            None => change(
+                &mut self
+                    .topics
+                    .entry(name.clone())
+                    .or_insert_with(|| make(self.capacity)),
+            ),
+        }
     }
 
     /// Drops every topic (and so the map's senders).
     fn clear(&self) {
-        self.topics.write().unwrap().clear();
+        self.topics.clear();
     }
 }
 
-/// `ringbus`: `bus.publish(name, msg).await` by name; subscribers are `bus.subscribe`
-/// closures.
+/// `ringbus`: `bus.publish(name, msg).await` by name, `topic.publish(msg).await` through a
+/// resolved `Topic<u64>`; subscribers are `bus.subscribe` closures.
 pub(crate) struct Ringbus {
     bus: Bus,
     names: Vec<String>,
@@ -188,6 +272,7 @@ pub(crate) struct Ringbus {
 impl System for Ringbus {
     const LOSSY: bool = false;
     type Sub = Subscription;
+    type Handle = Topic<u64>;
 
     fn build(capacity: usize, names: &[String]) -> Self {
         let bus = Bus::builder().capacity(capacity).build();
@@ -217,28 +302,56 @@ impl System for Ringbus {
             .expect("publish");
     }
 
+    fn resolve(&self, topic: usize) -> Topic<u64> {
+        self.bus.topic::<u64>(&self.names[topic]).expect("topic")
+    }
+
+    async fn publish_to(&self, topic: &Topic<u64>, msg: u64) {
+        topic.publish(msg).await.expect("publish");
+    }
+
     async fn close(&self, subs: Vec<Subscription>) {
         drop(subs); // a dropped Subscription runs on until the bus closes
         self.bus.close().await;
     }
 }
 
-/// `tokio-broadcast`: `RwLock<HashMap<String, broadcast::Sender>>`; lossy (`Lagged`).
-pub(crate) struct TokioBroadcast(TopicMap<tokio::sync::broadcast::Sender<u64>>);
+/// `tokio-broadcast`: a [`TopicMap`] of `broadcast::Sender`s; lossy (`Lagged`).
+///
+/// A publish is `send` (synchronous: it never waits, and unlike tokio's other channels it
+/// spends none of the task's cooperative budget), then `tokio::task::coop::consume_budget()`:
+/// without it the publishing task never yields, and its subscriber, woken by the first send
+/// into the LIFO slot of the publisher's worker (which the other worker cannot steal from,
+/// and is not even notified of), does not run until the publisher is done: it then receives
+/// the last queue's worth and is told it lost everything else (the "100 % lost" of
+/// `publish/1`). A user sees their subscriber receive nothing and adds a yield point;
+/// `consume_budget` is tokio's own for it, and makes this publisher exactly as cooperative as
+/// ringbus's and tokio mpsc's (guarantee 11): a yield after tokio's budget of 128 sends.
+pub(crate) struct TokioBroadcast(pub(crate) TopicMap<tokio::sync::broadcast::Sender<u64>>);
+
+fn broadcast_topic(capacity: usize) -> tokio::sync::broadcast::Sender<u64> {
+    tokio::sync::broadcast::channel(capacity).0
+}
+
+impl TokioBroadcast {
+    /// A receiver of topic `topic` (no task).
+    pub(crate) fn receiver(&self, topic: usize) -> tokio::sync::broadcast::Receiver<u64> {
+        self.0.lookup(topic, broadcast_topic, |tx| tx.subscribe())
+    }
+}
 
 impl System for TokioBroadcast {
     const LOSSY: bool = true;
     type Sub = JoinHandle<()>;
+    type Handle = tokio::sync::broadcast::Sender<u64>;
 
     fn build(capacity: usize, names: &[String]) -> Self {
-        let channel = |capacity| tokio::sync::broadcast::channel(capacity).0;
-        Self(TopicMap::new(capacity.max(1), names, channel))
+        Self(TopicMap::new(capacity.max(1), names, broadcast_topic))
     }
 
     fn subscribe(&self, topic: usize, counter: Counter) -> JoinHandle<()> {
         use tokio::sync::broadcast::error::RecvError;
-        let channel = |capacity| tokio::sync::broadcast::channel(capacity).0;
-        let mut rx = self.0.lookup(topic, channel, |tx| tx.subscribe());
+        let mut rx = self.receiver(topic);
         tokio::spawn(async move {
             loop {
                 match rx.recv().await {
@@ -259,6 +372,17 @@ impl System for TokioBroadcast {
         self.0.with(topic, |tx| {
             let _ = tx.send(msg); // Err only when there is no subscriber
         });
+        tokio::task::coop::consume_budget().await; // see the type's docs
+    }
+
+    /// A clone of the topic's sender.
+    fn resolve(&self, topic: usize) -> Self::Handle {
+        self.0.with(topic, Clone::clone).expect("topic")
+    }
+
+    async fn publish_to(&self, tx: &Self::Handle, msg: u64) {
+        let _ = tx.send(msg);
+        tokio::task::coop::consume_budget().await;
     }
 
     async fn close(&self, subs: Vec<JoinHandle<()>>) {
@@ -268,8 +392,8 @@ impl System for TokioBroadcast {
 }
 
 /// One `async_broadcast` channel of a topic, kept open by an inactive receiver.
-struct AsyncBroadcastTopic {
-    tx: async_broadcast::Sender<u64>,
+pub(crate) struct AsyncBroadcastTopic {
+    pub(crate) tx: async_broadcast::Sender<u64>,
     _open: async_broadcast::InactiveReceiver<u64>,
 }
 
@@ -285,13 +409,26 @@ impl AsyncBroadcastTopic {
     }
 }
 
-/// `async-broadcast`: the same map over `async_broadcast` with backpressure; `Arc`ed entries
-/// so a publish does not hold the lock across its `.await`.
-pub(crate) struct AsyncBroadcast(TopicMap<Arc<AsyncBroadcastTopic>>);
+/// `async-broadcast`: a [`TopicMap`] of `async_broadcast` channels with backpressure;
+/// `Arc`ed entries, so a publish by name clones one out of the map and awaits
+/// `broadcast_direct` holding no lock. `broadcast_direct` / `recv_direct` are the crate's
+/// allocation-free forms. The crate spends no tokio budget: a publisher yields when its
+/// queue is full, which on one topic is every queue's worth.
+pub(crate) struct AsyncBroadcast(pub(crate) TopicMap<Arc<AsyncBroadcastTopic>>);
+
+impl AsyncBroadcast {
+    /// A receiver of topic `topic` (no task).
+    pub(crate) fn receiver(&self, topic: usize) -> async_broadcast::Receiver<u64> {
+        self.0
+            .lookup(topic, AsyncBroadcastTopic::new, |t| t.tx.new_receiver())
+    }
+}
 
 impl System for AsyncBroadcast {
     const LOSSY: bool = false;
     type Sub = JoinHandle<()>;
+    /// A clone of the topic's `Arc` (its sender, kept open by the map's inactive receiver).
+    type Handle = Arc<AsyncBroadcastTopic>;
 
     fn build(capacity: usize, names: &[String]) -> Self {
         Self(TopicMap::new(
@@ -302,9 +439,7 @@ impl System for AsyncBroadcast {
     }
 
     fn subscribe(&self, topic: usize, counter: Counter) -> JoinHandle<()> {
-        let topic = self.0.lookup(topic, AsyncBroadcastTopic::new, Arc::clone);
-        let mut rx = topic.tx.new_receiver();
-        drop(topic);
+        let mut rx = self.receiver(topic);
         tokio::spawn(async move {
             loop {
                 match rx.recv_direct().await {
@@ -327,6 +462,14 @@ impl System for AsyncBroadcast {
         }
     }
 
+    fn resolve(&self, topic: usize) -> Self::Handle {
+        self.0.with(topic, Arc::clone).expect("topic")
+    }
+
+    async fn publish_to(&self, topic: &Self::Handle, msg: u64) {
+        let _ = topic.tx.broadcast_direct(msg).await;
+    }
+
     async fn close(&self, subs: Vec<JoinHandle<()>>) {
         self.0.clear(); // last sender gone: receivers drain, then Closed
         join_all(subs).await;
@@ -342,8 +485,17 @@ pub(crate) trait Channel: Send + Sync + 'static {
     fn channel(capacity: usize) -> (Self::Tx, Self::Rx);
     /// Sends, waiting for room; false if the receiver is gone.
     fn send(tx: &Self::Tx, msg: u64) -> impl Future<Output = bool> + Send;
-    /// Counts every message until the channel is closed and drained.
+    /// Counts every message until the channel is closed and drained, taking what is there
+    /// in one go with the channel's batch receive where it has one (`recv_many`,
+    /// `drain_into`, `try_iter`), into a buffer sized when the first message arrives (a
+    /// subscriber that never receives allocates none).
     fn consume(rx: Self::Rx, counter: Counter) -> impl Future<Output = ()> + Send;
+}
+
+/// A subscriber's batch buffer: room for a full queue plus the senders that may be waiting
+/// (16 publishers), so no batch receive grows it.
+pub(crate) fn batch_buffer() -> Vec<u64> {
+    Vec::with_capacity(CAP + PUBLISHERS as usize)
 }
 
 /// `tokio::sync::mpsc` (capacity at least 1).
@@ -363,56 +515,76 @@ impl Channel for TokioMpsc {
     }
 
     async fn consume(mut rx: Self::Rx, counter: Counter) {
-        while let Some(m) = rx.recv().await {
-            counter.add(m);
+        let Some(m) = rx.recv().await else { return };
+        counter.add(m);
+        let mut buf = batch_buffer();
+        while rx.recv_many(&mut buf, CAP).await > 0 {
+            for m in buf.drain(..) {
+                counter.add(m);
+            }
         }
     }
 }
 
-/// A topic's subscribers in a fan-out bus: (subscriber id, its channel).
-type Fanout<C> = Arc<Vec<(u64, <C as Channel>::Tx)>>;
+/// A topic's subscribers in a fan-out bus: (subscriber id, its channel), one allocation.
+pub(crate) type Fanout<C> = Arc<[(u64, <C as Channel>::Tx)]>;
 
-/// The Go-bus design: a topic map of copy-on-write subscriber lists, one bounded channel per
-/// subscriber; a publish sends to each in turn and waits for room in each.
+/// The Go-bus design: a [`TopicMap`] of copy-on-write subscriber lists, one bounded channel
+/// per subscriber; a publish sends to each in turn and waits for room in each. By name, a
+/// publish clones the topic's list (an `Arc`) out of the map; the resolved handle is that
+/// list, taken once after the subscribers joined: a snapshot that would miss a later
+/// subscriber (ringbus's `Topic` would not), which no scenario has, so it is this design's
+/// best case.
 pub(crate) struct FanoutBus<C: Channel> {
     next_id: AtomicU64,
-    map: TopicMap<Fanout<C>>,
+    pub(crate) map: TopicMap<Fanout<C>>,
+}
+
+impl<C: Channel> FanoutBus<C> {
+    /// A new channel in topic `topic`'s list: its id and receiver (no task).
+    pub(crate) fn join(&self, topic: usize) -> (u64, C::Rx) {
+        let (tx, rx) = C::channel(self.map.capacity);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let empty = |_| Fanout::<C>::from(Vec::new());
+        self.map.update(topic, empty, |subs| {
+            *subs = subs.iter().cloned().chain([(id, tx)]).collect();
+        });
+        (id, rx)
+    }
+
+    /// Takes channel `id` out of topic `topic`'s list (its receiver then sees the channel
+    /// closed once drained). The new list is collected from an iterator of known length, so
+    /// it is allocated once, in place (a `filter` would collect into a `Vec` first).
+    pub(crate) fn leave(&self, topic: usize, id: u64) {
+        let empty = |_| Fanout::<C>::from(Vec::new());
+        self.map.update(topic, empty, |subs| {
+            if let Some(k) = subs.iter().position(|(i, _)| *i == id) {
+                *subs = subs[..k].iter().chain(&subs[k + 1..]).cloned().collect();
+            }
+        });
+    }
 }
 
 impl<C: Channel> System for FanoutBus<C> {
     const LOSSY: bool = false;
     type Sub = (usize, u64, JoinHandle<()>);
+    type Handle = Fanout<C>;
 
     fn build(capacity: usize, names: &[String]) -> Self {
         let capacity = capacity.max(C::MIN_CAPACITY);
         Self {
             next_id: AtomicU64::new(0),
-            map: TopicMap::new(capacity, names, |_| Arc::new(Vec::new())),
+            map: TopicMap::new(capacity, names, |_| Fanout::<C>::from(Vec::new())),
         }
     }
 
     fn subscribe(&self, topic: usize, counter: Counter) -> Self::Sub {
-        let (tx, rx) = C::channel(self.map.capacity);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut topics = self.map.topics.write().unwrap();
-            let subs = topics.entry(self.map.names[topic].clone()).or_default();
-            let mut next = Vec::with_capacity(subs.len() + 1);
-            next.extend(subs.iter().cloned());
-            next.push((id, tx));
-            *subs = Arc::new(next);
-        }
+        let (id, rx) = self.join(topic);
         (topic, id, tokio::spawn(C::consume(rx, counter)))
     }
 
     async fn unsubscribe(&self, (topic, id, task): Self::Sub) {
-        {
-            let mut topics = self.map.topics.write().unwrap();
-            if let Some(subs) = topics.get_mut(&self.map.names[topic]) {
-                let next = subs.iter().filter(|(i, _)| *i != id).cloned().collect();
-                *subs = Arc::new(next);
-            }
-        }
+        self.leave(topic, id);
         // Its channel's last sender is gone: the task drains it, then ends.
         task.await.expect("a subscriber task panicked");
     }
@@ -422,6 +594,16 @@ impl<C: Channel> System for FanoutBus<C> {
             for (_, tx) in subs.iter() {
                 let _ = C::send(tx, msg).await; // false only if the subscriber is gone
             }
+        }
+    }
+
+    fn resolve(&self, topic: usize) -> Self::Handle {
+        self.map.with(topic, Arc::clone).expect("topic")
+    }
+
+    async fn publish_to(&self, subs: &Self::Handle, msg: u64) {
+        for (_, tx) in subs.iter() {
+            let _ = C::send(tx, msg).await;
         }
     }
 
@@ -442,6 +624,8 @@ pub(crate) struct Shape {
     subscribers_per_topic: usize,
     capacity: usize,
     publishers: u64,
+    /// Publish through handles resolved once (`System::resolve`) instead of by name.
+    resolved: bool,
 }
 
 impl Shape {
@@ -452,6 +636,7 @@ impl Shape {
             subscribers_per_topic: subscribers,
             capacity: CAP,
             publishers: 1,
+            resolved: false,
         }
     }
 
@@ -471,6 +656,15 @@ impl Shape {
         Self { publishers, ..self }
     }
 
+    /// Publishing through handles resolved once before the clock starts (ringbus's `Topic`,
+    /// the peers' senders or subscriber lists), not by name.
+    pub(crate) fn resolved(self) -> Self {
+        Self {
+            resolved: true,
+            ..self
+        }
+    }
+
     /// How many of the messages `0..published` go to topic `topic`, and the wrapping sum of
     /// their values.
     pub(crate) fn expected(&self, published: u64, topic: usize) -> (u64, u64) {
@@ -478,7 +672,7 @@ impl Shape {
     }
 }
 
-fn topic_names(n: usize) -> Vec<String> {
+pub(crate) fn topic_names(n: usize) -> Vec<String> {
     (0..n).map(|t| format!("topic-{t}")).collect()
 }
 
@@ -498,14 +692,27 @@ pub(crate) fn wire<S: System>(rt: &Runtime, shape: Shape) -> (Arc<S>, Vec<S::Sub
     (sys, subs, tallies)
 }
 
+/// Every topic of `shape` resolved once, if the shape publishes through handles.
+type Handles<S> = Option<Arc<Vec<<S as System>::Handle>>>;
+
 /// Publishes the messages `first, first + step, ...` below `end`, message `i` to topic
-/// `i % topics`.
-async fn publish_share<S: System>(sys: &S, topics: usize, first: u64, step: u64, end: u64) {
+/// `i % topics`: through `handles` if there are, else by name.
+async fn publish_share<S: System>(
+    sys: &S,
+    handles: &Handles<S>,
+    topics: usize,
+    first: u64,
+    step: u64,
+    end: u64,
+) {
     let topics = topics as u64;
     let dt = step % topics;
     let (mut i, mut t) = (first, first % topics);
     while i < end {
-        sys.publish(t as usize, i).await;
+        match handles {
+            Some(h) => sys.publish_to(&h[t as usize], i).await,
+            None => sys.publish(t as usize, i).await,
+        }
         i += step;
         t += dt;
         if t >= topics {
@@ -517,7 +724,9 @@ async fn publish_share<S: System>(sys: &S, topics: usize, first: u64, step: u64,
 /// Publishes the messages `from..from + n` as the shape says, inside the timed window: with
 /// one publisher from before its first publish to after its last; with many (publisher `p`
 /// publishing `from + p, from + p + publishers, ...`), from before they are spawned until the
-/// last is joined.
+/// last is joined. A shape that publishes through handles resolves every topic once before
+/// the window opens (every subscriber has joined by then), as a user resolves a topic once
+/// and keeps the handle; its publishers share them (a handle is only read).
 pub(crate) async fn publish_timed<W: Stopwatch, S: System>(
     sys: Arc<S>,
     shape: Shape,
@@ -525,17 +734,21 @@ pub(crate) async fn publish_timed<W: Stopwatch, S: System>(
     n: u64,
 ) -> W::Reading {
     let end = from + n;
+    let handles: Handles<S> = shape
+        .resolved
+        .then(|| Arc::new((0..shape.topics).map(|t| sys.resolve(t)).collect()));
     if shape.publishers == 1 {
         let window = W::start();
-        publish_share(&*sys, shape.topics, from, 1, end).await;
+        publish_share(&*sys, &handles, shape.topics, from, 1, end).await;
         return window.stop();
     }
     let window = W::start();
     let tasks: Vec<_> = (0..shape.publishers)
         .map(|p| {
-            let sys = sys.clone();
+            let (sys, handles) = (sys.clone(), handles.clone());
             tokio::spawn(async move {
-                publish_share(&*sys, shape.topics, from + p, shape.publishers, end).await;
+                let (topics, step) = (shape.topics, shape.publishers);
+                publish_share(&*sys, &handles, topics, from + p, step, end).await;
             })
         })
         .collect();
@@ -621,12 +834,13 @@ pub(crate) fn check<S: System>(
 }
 
 /// `subscribe`: `n` subscribe + unsubscribe pairs on an existing topic from a task on `rt`
-/// (timed), then a check that `n` subscribers ran and ended.
+/// (timed), then a check that `n` subscribers ran and ended. Returns the window's reading
+/// and the tasks one subscription keeps alive (see [`tasks_alive`]).
 pub(crate) fn subscribe_round<W: Stopwatch, S: System>(
     rt: &Runtime,
     system: &str,
     n: u64,
-) -> W::Reading {
+) -> (W::Reading, u64) {
     let sys = Arc::new(S::build(CAP, &topic_names(1)));
     let tally = tally();
     let timed = rt
@@ -642,7 +856,32 @@ pub(crate) fn subscribe_round<W: Stopwatch, S: System>(
             }
         }))
         .expect("the subscribing task panicked");
+    let (s, t) = (&*sys, &tally);
+    let tasks = tasks_alive(rt, || {
+        let sub = s.subscribe(0, Counter(t.clone()));
+        move || rt.block_on(s.unsubscribe(sub))
+    });
     rt.block_on(sys.close(Vec::new()));
-    wait_ended(system, &[&tally], n);
-    timed
+    wait_ended(system, &[&tally], n + 3);
+    (timed, tasks)
+}
+
+/// How many more tasks are alive on `rt` while what `hold` made is held (`hold` returns its
+/// release), measured untimed after a round, not taken from the wiring's word: the runtime's
+/// count of alive tasks (`RuntimeMetrics::num_alive_tasks`) with it held, less the count
+/// before. A task of the round that ends late would lower one reading, never raise it, so the
+/// highest of 3 is kept.
+pub(crate) fn tasks_alive<R: FnOnce()>(rt: &Runtime, mut hold: impl FnMut() -> R) -> u64 {
+    let metrics = rt.metrics();
+    let _runtime = rt.enter();
+    (0..3)
+        .map(|_| {
+            let before = metrics.num_alive_tasks();
+            let release = hold();
+            let during = metrics.num_alive_tasks();
+            release();
+            during.saturating_sub(before) as u64
+        })
+        .max()
+        .unwrap_or(0)
 }

@@ -23,20 +23,33 @@ pub(crate) const FAMILIES: &[(&str, &str, &str)] = &[
          count. `publish/N`: one topic, N subscribers. `publish_topics`: 100 topics, one \
          subscriber each, message `i` to topic `i % 100`. `publish_unbuffered`: one subscriber, \
          the smallest capacity each system has (see below). Time per publish call, whatever \
-         the number of subscribers it reaches.",
+         the number of subscribers it reaches. A scenario publishes by topic name; its \
+         `/resolved` twin publishes through handles every system resolved once before the \
+         clock started (ringbus's `Topic`, the peers' senders or subscriber lists; see \
+         Method).",
     ),
     (
         "bus-parallel",
         "Bus: 16 publishers at once",
         "As `publish/1` and `publish_topics`, from 16 publisher tasks at once (publisher `p` \
-         publishes messages `p, p + 16, ...`). Wall time from spawning them to joining the \
-         last, divided by the number of publish calls (16 calls are in flight at once).",
+         publishes messages `p, p + 16, ...`), by name and (`/resolved`) through handles \
+         resolved once. Wall time from spawning them to joining the last, divided by the \
+         number of publish calls (16 calls are in flight at once).",
     ),
     (
         "bus-subscribe",
         "Bus: subscribe + unsubscribe",
-        "Subscribe a counting handler to an existing topic, then unsubscribe and wait for its \
-         task to end; time per pair.",
+        "`subscribe`: subscribe a counting handler to an existing topic, then unsubscribe and \
+         wait for its task to end; time per pair. Like for like: every system's subscriber is \
+         a task that handles its messages (ringbus's `subscribe` spawns it; for the peers the \
+         wiring spawns the task that drains the receiver, as their users must). \
+         `subscribe_receiver`: the peers' cheapest subscribe, the receiver alone (a broadcast \
+         receiver; a channel added to the fan-out's list), no task: a subscriber polled from \
+         a task the user already has. ringbus has no such form; its row there is its \
+         `subscribe`, task included. *allocs per pair*: allocations of one subscribe + \
+         unsubscribe, counted as for a publish. *tasks per subscription*: measured, not \
+         declared: how many more tasks the runtime has alive while one subscription is held \
+         (tokio's `num_alive_tasks`, after the round).",
     ),
     (
         "ring-publish",
@@ -97,6 +110,9 @@ pub(crate) struct Figure {
     pub(crate) allocs_per_op: Vec<f64>,
     pub(crate) lost: u64,
     pub(crate) deliveries: u64,
+    /// Tasks one subscription keeps alive (the subscribe scenarios), the highest of the
+    /// rounds.
+    pub(crate) tasks: Option<u64>,
 }
 
 /// Per-round ratios `peer / ringbus` (rounds are interleaved, so round `r` of both ran
@@ -122,6 +138,9 @@ pub(crate) fn figure_json(f: &Figure, ringbus: Option<&Figure>) -> Value {
         "messages_per_round": f.messages,
         "rounds_ns": f.rounds_ns.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
     });
+    if let Some(t) = f.tasks {
+        o["tasks_per_subscription"] = json!(t);
+    }
     if let Some(r) = ringbus.filter(|r| r.system != f.system) {
         let q = ratios(&f.rounds_ns, &r.rounds_ns);
         o["ratio_to_ringbus"] = json!({
@@ -206,6 +225,7 @@ struct Row {
     lost: u64,
     deliveries: u64,
     ratio: Option<(f64, f64, f64)>,
+    tasks: Option<u64>,
 }
 
 fn rows(results: &Value) -> Vec<Row> {
@@ -223,6 +243,7 @@ fn rows(results: &Value) -> Vec<Row> {
             allocs: num(f, "allocs_per_op"),
             lost: f["lost"].as_u64().unwrap_or(0),
             deliveries: f["deliveries"].as_u64().unwrap_or(0),
+            tasks: f["tasks_per_subscription"].as_u64(),
             ratio: f.get("ratio_to_ringbus").map(|r| {
                 (
                     r["median"].as_f64().unwrap_or(f64::NAN),
@@ -283,7 +304,7 @@ fn chart(
     let mut chart = ChartBuilder::on(&plot)
         .caption(title, ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(36)
+        .x_label_area_size(52)
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..scenarios.len() as f64, (ylo..yhi).log_scale())?;
     chart
@@ -316,14 +337,22 @@ fn chart(
             ])?;
         }
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ylo));
-        root.draw(&Text::new(
-            short(sc).to_string(),
-            (px, py + 8),
-            ("sans-serif", 14)
-                .into_font()
-                .color(&BLACK)
-                .pos(Pos::new(HPos::Center, VPos::Top)),
-        ))?;
+        // A `/resolved` twin's label on two lines, so neighbours do not overlap.
+        let label = short(sc);
+        let lines = match label.strip_suffix("/resolved") {
+            Some(base) => vec![base, "(resolved)"],
+            None => vec![label],
+        };
+        for (k, line) in lines.into_iter().enumerate() {
+            root.draw(&Text::new(
+                line.to_string(),
+                (px, py + 8 + 16 * k as i32),
+                ("sans-serif", 14)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Top)),
+            ))?;
+        }
     }
     let font = ("sans-serif", 14).into_font().color(&BLACK);
     for (j, s) in systems.iter().enumerate() {
@@ -530,10 +559,22 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
             }
             Err(e) => eprintln!("could not draw {svg}: {e}"),
         }
+        // The subscribe family says per pair what it allocates and what it spawns.
+        let subscribe = *family == "bus-subscribe";
         let _ = writeln!(
             md,
-            "| scenario | system | median | min – max | ratio (peer / ringbus) | allocs/op | lost |\n\
-             |---|---|---:|---:|---:|---:|---:|"
+            "| scenario | system | median | min – max | ratio (peer / ringbus) | {} | {} |\n\
+             |---|---|---:|---:|---:|---:|---:|",
+            if subscribe {
+                "allocs per pair"
+            } else {
+                "allocs/op"
+            },
+            if subscribe {
+                "tasks per subscription"
+            } else {
+                "lost"
+            }
         );
         for sc in &scenarios {
             let mut here: Vec<&Row> = all.iter().filter(|r| &r.scenario == sc).collect();
@@ -574,7 +615,11 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
                     } else {
                         "-".into()
                     },
-                    lost_cell(r)
+                    if subscribe {
+                        r.tasks.map_or("-".into(), |t| t.to_string())
+                    } else {
+                        lost_cell(r)
+                    }
                 );
             }
         }
@@ -744,16 +789,49 @@ fn method(rounds: &str, target_ms: &str) -> String {
          window are not counted.\n\
          - **Bus scenarios** run on one tokio multi-thread runtime with 2 workers: \
          publishers and subscribers are tasks on it. Every subscriber only counts (its own \
-         cache-padded counter). Each round builds a fresh bus. Systems, wired as users wire \
-         them, every queue holding 1024 `u64`s unless a scenario says otherwise:\n  \
-           - `ringbus`: `bus.publish(name, msg).await` by name, subscribers \
+         cache-padded counter). Each round builds a fresh bus. Every system gets its \
+         strongest reasonable wiring, as a performance-minded user would write it (each \
+         choice is argued in `benches/common/bus_peers.rs`), every queue holding 1024 `u64`s \
+         unless a scenario says otherwise:\n  \
+           - `ringbus`: `bus.publish(name, msg).await` by name, `topic.publish(msg).await` \
+         through a `Topic` resolved once (`bus.topic::<u64>(name)`); subscribers \
          `bus.subscribe(name, |m: &u64| ...)`;\n  \
-           - `tokio-broadcast`: `RwLock<HashMap<String, broadcast::Sender>>`, lossy;\n  \
-           - `async-broadcast`: the same map over `async_broadcast`, overflow off \
-         (publishers wait), `broadcast_direct` / `recv_direct`;\n  \
-           - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: a topic map of \
-         copy-on-write subscriber lists, one bounded channel per subscriber; a publish sends \
-         to each in turn and waits for room (the Go-bus design).\n\
+           - the peers' topic registries: a `dashmap::DashMap<String, _>` (sharded locks, \
+         never one lock every publisher shares), hashed with FNV-1a as ringbus hashes names \
+         (the std SipHash took about twice as long on these names when measured here); a \
+         lookup holds its shard's read lock only around synchronous code, and a publish that \
+         awaits clones the topic's `Arc` out first. In the `/resolved` rows each topic is \
+         resolved once before the clock starts: tokio's `broadcast::Sender`, \
+         async-broadcast's channel, the fan-out's subscriber list (a snapshot, which would \
+         miss a later subscriber: the fan-out's best case, since no scenario subscribes while \
+         publishing);\n  \
+           - `tokio-broadcast`: `send`, then `tokio::task::coop::consume_budget().await` \
+         (why: see *tokio-broadcast's losses* below); lossy;\n  \
+           - `async-broadcast`: overflow off (publishers wait), `broadcast_direct` / \
+         `recv_direct` (its allocation-free forms);\n  \
+           - `tokio-mpsc-fanout`, `kanal-fanout`, `flume-fanout`: copy-on-write subscriber \
+         lists (`Arc<[(id, Sender)]>`), one bounded channel per subscriber; a publish sends \
+         to each in turn and waits for room (the Go-bus design); a subscriber takes what is \
+         there with the channel's batch receive (`recv_many`, `drain_into`, `try_iter`).\n\
+         - **tokio-broadcast's losses.** Earlier runs of this page showed `tokio-broadcast` \
+         losing 100.0 % of `publish/1` (79.2 M of 79.2 M) at 45 ns a publish: its subscriber \
+         never ran while the publisher did. `broadcast::Sender::send` is synchronous and, \
+         unlike tokio's mpsc and ringbus, spends none of the task's cooperative budget, so a \
+         publishing loop never yields. The first send wakes the parked subscriber from a \
+         worker thread, and tokio puts a task woken there into that worker's LIFO slot, which \
+         the other worker cannot steal and is not told about. So the subscriber waited for \
+         the whole timed window, then received exactly the last queue's worth (9 rounds x \
+         1,024 of 79.2 M; 9 x 1 at capacity 1 in `publish_unbuffered`) and was told it had \
+         lost the rest: the figure was the cost of `send` into a queue nobody read. A user \
+         would see a subscriber that receives nothing and add a yield point; the publisher \
+         now spends tokio's budget after each send (`consume_budget`, tokio's tool for a \
+         loop that would never yield), which makes it exactly as cooperative as ringbus's \
+         publish and tokio's mpsc send (a yield after 128 operations). Its subscriber now \
+         runs, and the *lost* column is what remains: a subscriber that cannot keep up with a \
+         publisher that never waits for it (with 16 publishers and one subscriber on 2 \
+         workers, most of it). The kanal, flume and async-broadcast publishers spend no tokio \
+         budget either, but they wait when a queue is full, which lets their subscriber run \
+         once per queue's worth.\n\
          - **`publish_unbuffered`** is not like for like: ringbus's capacity 0 returns once \
          the handler *has run*; `kanal` and `flume` at capacity 0 are rendezvous channels \
          (a send returns once a receiver *took* the message); `tokio-broadcast`, \
@@ -878,11 +956,14 @@ fn conclusions(all: &[Row]) -> String {
          share two cores, so scheduling decides much of every figure. Absolute times have \
          moved 2x between runs of the same binary here; ratios move less, not never.\n\
          - **Not allowed:** reading `tokio-broadcast` as a faster bus. It never waits for a \
-         subscriber: where it is cheapest it also lost most deliveries (the *lost* column); \
-         its figure is the cost of `send` into a queue that is not being read, not a delivery \
-         rate. The backpressured systems, by contrast, can never run more than a queue ahead \
-         of their slowest subscriber, so their figure is also the sustained throughput of the \
-         whole pipeline.\n\
+         subscriber: where it is cheapest it also lost deliveries (the *lost* column), and its \
+         figure is the publisher's cost alone, not a delivery rate. The backpressured \
+         systems, by contrast, can never run more than a queue ahead of their slowest \
+         subscriber, so their figure is also the sustained throughput of the whole \
+         pipeline.\n\
+         - **Not allowed:** reading `subscribe_receiver` as like for like: the peers' rows \
+         there spawn nothing (the *tasks per subscription* column), ringbus's spawns its \
+         handler's task. `subscribe` is the like-for-like row.\n\
          - **Not allowed:** reading `publish_unbuffered` as like for like (different \
          promises, see Method), or the disruptor's figures with more than one consumer as the \
          crate's best (it wants a core per consumer).\n\
