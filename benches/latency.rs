@@ -9,14 +9,22 @@
 //! - writer stall: publish completion minus intended send time (how late publishing ran);
 //! - reader lag: handling time minus the time the publish started (time in the queue).
 //!
-//! Systems: ringbus, a `tokio::sync::broadcast` topic (lossy: losses reported), and one
-//! bounded `tokio::sync::mpsc` per subscriber. Shapes: a fixed rate and bursts; 1, 4 and 8
-//! subscribers. Results: a table on stdout, `docs/benchmarks/latency.md` and
-//! `docs/benchmarks/latency.json`.
+//! Systems: ringbus, a `tokio::sync::broadcast` topic (lossy: losses reported), an
+//! `async-broadcast` topic (backpressure on), and one bounded `tokio::sync::mpsc` or `kanal`
+//! channel per subscriber (fan-out). Shapes: a fixed rate and bursts; 1, 4 and 8
+//! subscribers. Results: a table on stdout, `docs/benchmarks/latency.md` (whose hand-written
+//! sections, from the first `## ` heading on, are kept) and `docs/benchmarks/latency.json`.
 //!
 //! `cargo bench -p ringbus-bench --bench latency -- quick` runs shorter (for a smoke test).
+//!
+//! `cargo bench -p ringbus-bench --bench latency -- lifo` measures a mechanism instead of a latency: on a
+//! multi-thread runtime, how many messages a publisher that always finds room has published
+//! when a subscriber it woke first runs. A count, so it barely depends on the machine's load.
+//! Built with `--cfg tokio_unstable` and run with `LATENCY_NO_LIFO=1`, tokio's LIFO slot is
+//! off (see `main`).
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -198,40 +206,184 @@ async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize) -> Run {
     finish("ringbus", shape, subscribers, messages, recorded, stall, 0)
 }
 
-async fn run_broadcast(shape: Shape, messages: u64, subscribers: usize) -> Run {
-    let (tx, _) = tokio::sync::broadcast::channel::<Stamp>(1024);
+/// A peer as the latency runs drive it: one publishing side, one receiver per subscriber.
+trait Peer {
+    const NAME: &'static str;
+    type Tx;
+    type Rx: Send + 'static;
+    /// The publishing side and `subscribers` receivers; a lossy peer counts its losses in
+    /// `lost`.
+    fn build(subscribers: usize, lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>);
+    /// Publishes to every subscriber (waiting for room, where the peer has backpressure).
+    fn publish(tx: &Self::Tx, stamp: Stamp) -> impl Future<Output = ()>;
+    /// The next message, or `None` once the publishing side is gone and all was read.
+    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send;
+}
+
+/// `tokio::sync::broadcast`: lossy, so a lagging subscriber counts what it lost.
+struct TokioBroadcast;
+
+impl Peer for TokioBroadcast {
+    const NAME: &'static str = "tokio-broadcast";
+    type Tx = tokio::sync::broadcast::Sender<Stamp>;
+    type Rx = (tokio::sync::broadcast::Receiver<Stamp>, Arc<AtomicU64>);
+
+    fn build(subscribers: usize, lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>) {
+        let (tx, _) = tokio::sync::broadcast::channel(1024);
+        let rxs = (0..subscribers)
+            .map(|_| (tx.subscribe(), lost.clone()))
+            .collect();
+        (tx, rxs)
+    }
+
+    async fn publish(tx: &Self::Tx, stamp: Stamp) {
+        let _ = tx.send(stamp);
+    }
+
+    async fn recv((rx, lost): &mut Self::Rx) -> Option<Stamp> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match rx.recv().await {
+                Ok(stamp) => return Some(stamp),
+                Err(RecvError::Lagged(n)) => {
+                    lost.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// `async-broadcast`, with backpressure (the publisher waits for room).
+struct AsyncBroadcast;
+
+impl Peer for AsyncBroadcast {
+    const NAME: &'static str = "async-broadcast";
+    type Tx = async_broadcast::Sender<Stamp>;
+    type Rx = async_broadcast::Receiver<Stamp>;
+
+    fn build(subscribers: usize, _lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>) {
+        let (mut tx, rx) = async_broadcast::broadcast(1024);
+        tx.set_overflow(false); // the default, stated
+        let rxs = (0..subscribers).map(|_| rx.clone()).collect();
+        (tx, rxs) // `rx` is dropped here: only the subscribers' receivers hold messages
+    }
+
+    async fn publish(tx: &Self::Tx, stamp: Stamp) {
+        tx.broadcast(stamp).await.expect("broadcast");
+    }
+
+    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
+        rx.recv().await.ok()
+    }
+}
+
+/// One bounded channel per subscriber (what Go buses do); a publish sends to each in turn.
+struct Fanout<C>(std::marker::PhantomData<C>);
+
+/// A channel for [`Fanout`].
+trait Channel {
+    const NAME: &'static str;
+    type Tx;
+    type Rx: Send + 'static;
+    fn channel() -> (Self::Tx, Self::Rx);
+    fn send(tx: &Self::Tx, stamp: Stamp) -> impl Future<Output = ()>;
+    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send;
+}
+
+impl<C: Channel> Peer for Fanout<C> {
+    const NAME: &'static str = C::NAME;
+    type Tx = Vec<C::Tx>;
+    type Rx = C::Rx;
+
+    fn build(subscribers: usize, _lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>) {
+        (0..subscribers).map(|_| C::channel()).unzip()
+    }
+
+    async fn publish(txs: &Self::Tx, stamp: Stamp) {
+        for tx in txs {
+            C::send(tx, stamp).await;
+        }
+    }
+
+    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send {
+        C::recv(rx)
+    }
+}
+
+/// `tokio::sync::mpsc`.
+struct TokioMpsc;
+
+impl Channel for TokioMpsc {
+    const NAME: &'static str = "tokio-mpsc-fanout";
+    type Tx = tokio::sync::mpsc::Sender<Stamp>;
+    type Rx = tokio::sync::mpsc::Receiver<Stamp>;
+
+    fn channel() -> (Self::Tx, Self::Rx) {
+        tokio::sync::mpsc::channel(1024)
+    }
+
+    async fn send(tx: &Self::Tx, stamp: Stamp) {
+        tx.send(stamp).await.expect("send");
+    }
+
+    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
+        rx.recv().await
+    }
+}
+
+/// `kanal`'s async channel.
+struct Kanal;
+
+impl Channel for Kanal {
+    const NAME: &'static str = "kanal-fanout";
+    type Tx = kanal::AsyncSender<Stamp>;
+    type Rx = kanal::AsyncReceiver<Stamp>;
+
+    fn channel() -> (Self::Tx, Self::Rx) {
+        kanal::bounded_async(1024)
+    }
+
+    async fn send(tx: &Self::Tx, stamp: Stamp) {
+        tx.send(stamp).await.expect("send");
+    }
+
+    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
+        rx.recv().await.ok()
+    }
+}
+
+/// One run of a peer: its subscribers as tasks recording what they receive, the publisher on
+/// the schedule.
+async fn run_peer<P: Peer>(shape: Shape, messages: u64, subscribers: usize) -> Run {
     let recorded = Recorded::new();
     let lost = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..subscribers {
-        let mut rx = tx.subscribe();
-        let recorded = recorded.clone();
-        let lost = lost.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut local = Local::new();
-            loop {
-                match rx.recv().await {
-                    Ok(stamp) => local.record(origin, &stamp),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        lost.fetch_add(n, Ordering::Relaxed);
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+    let (tx, rxs) = P::build(subscribers, &lost);
+    let tasks: Vec<_> = rxs
+        .into_iter()
+        .map(|mut rx| {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let mut local = Local::new();
+                while let Some(stamp) = P::recv(&mut rx).await {
+                    local.record(origin, &stamp);
                 }
-            }
-            local.merge_into(&recorded);
-        }));
-    }
+                local.merge_into(&recorded);
+            })
+        })
+        .collect();
     let mut stall = histogram();
-    for i in 0..messages {
-        let intended = shape.intended(i);
+    for seq in 0..messages {
+        let intended = shape.intended(seq);
         wait_until(origin, intended).await;
         let started = origin.elapsed().as_nanos() as u64;
-        let _ = tx.send(Stamp {
-            seq: i,
+        let stamp = Stamp {
+            seq,
             intended,
             started,
-        });
+        };
+        P::publish(&tx, stamp).await;
         let done = origin.elapsed().as_nanos() as u64;
         let _ = stall.record(done.saturating_sub(intended).max(1));
     }
@@ -240,64 +392,7 @@ async fn run_broadcast(shape: Shape, messages: u64, subscribers: usize) -> Run {
         let _ = t.await;
     }
     let lost = lost.load(Ordering::Relaxed);
-    finish(
-        "tokio-broadcast",
-        shape,
-        subscribers,
-        messages,
-        recorded,
-        stall,
-        lost,
-    )
-}
-
-async fn run_mpsc(shape: Shape, messages: u64, subscribers: usize) -> Run {
-    let recorded = Recorded::new();
-    let origin = Instant::now();
-    let mut senders = Vec::new();
-    let mut tasks = Vec::new();
-    for _ in 0..subscribers {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Stamp>(1024);
-        senders.push(tx);
-        let recorded = recorded.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut local = Local::new();
-            while let Some(stamp) = rx.recv().await {
-                local.record(origin, &stamp);
-            }
-            local.merge_into(&recorded);
-        }));
-    }
-    let mut stall = histogram();
-    for i in 0..messages {
-        let intended = shape.intended(i);
-        wait_until(origin, intended).await;
-        let started = origin.elapsed().as_nanos() as u64;
-        for tx in &senders {
-            tx.send(Stamp {
-                seq: i,
-                intended,
-                started,
-            })
-            .await
-            .expect("send");
-        }
-        let done = origin.elapsed().as_nanos() as u64;
-        let _ = stall.record(done.saturating_sub(intended).max(1));
-    }
-    drop(senders);
-    for t in tasks {
-        let _ = t.await;
-    }
-    finish(
-        "tokio-mpsc-fanout",
-        shape,
-        subscribers,
-        messages,
-        recorded,
-        stall,
-        0,
-    )
+    finish(P::NAME, shape, subscribers, messages, recorded, stall, lost)
 }
 
 fn finish(
@@ -329,12 +424,88 @@ fn finish(
     }
 }
 
+/// Every system, in the order each configuration runs them.
+const SYSTEMS: [&str; 5] = [
+    "ringbus",
+    "tokio-broadcast",
+    "async-broadcast",
+    "tokio-mpsc-fanout",
+    "kanal-fanout",
+];
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
+/// Messages the `lifo` experiment publishes per run.
+const LIFO_MESSAGES: u64 = 200_000;
+
+/// One run of the `lifo` experiment: how many publishes had completed when the subscriber,
+/// parked before the first one, handled its first message.
+fn lifo_run(runtime: &tokio::runtime::Runtime) -> u64 {
+    runtime.block_on(async {
+        let bus = ringbus::Bus::builder().capacity(1 << 18).build();
+        let published = Arc::new(AtomicU64::new(0));
+        let first = Arc::new(AtomicU64::new(u64::MAX));
+        let handled = Arc::new(AtomicU64::new(0));
+        let (count, seen, done) = (published.clone(), first.clone(), handled.clone());
+        let _sub = bus
+            .subscribe("lifo", move |&m: &u64| {
+                if m != u64::MAX {
+                    let now = count.load(Ordering::SeqCst);
+                    let _ =
+                        seen.compare_exchange(u64::MAX, now, Ordering::SeqCst, Ordering::SeqCst);
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+                std::future::ready(())
+            })
+            .expect("subscribe");
+        // A warm-up message, handled before the publisher starts: the subscriber is then
+        // caught up and parked, so the publisher's first publish wakes it.
+        bus.publish("lifo", u64::MAX).await.expect("publish");
+        while handled.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let topic = bus.topic::<u64>("lifo").expect("topic");
+        let publisher = tokio::spawn(async move {
+            for m in 0..LIFO_MESSAGES {
+                topic.publish(m).await.expect("publish");
+                published.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        publisher.await.expect("publisher");
+        bus.close().await;
+        first.load(Ordering::SeqCst)
+    })
+}
+
+/// The `lifo` experiment: 5 runs each on runtimes of 1 and 2 workers.
+fn lifo_experiment(no_lifo: bool) {
+    println!(
+        "| workers | LIFO slot | publishes done when the woken subscriber first ran (of {LIFO_MESSAGES}), 5 runs |"
+    );
+    println!("|---|---|---|");
+    for workers in [1, 2] {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers).enable_all();
+        #[cfg(tokio_unstable)]
+        if no_lifo {
+            builder.disable_lifo_slot();
+        }
+        let runtime = builder.build().expect("runtime");
+        let counts: Vec<String> = (0..5).map(|_| lifo_run(&runtime).to_string()).collect();
+        let lifo = if no_lifo { "off" } else { "on" };
+        println!("| {workers} | {lifo} | {} |", counts.join(", "));
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
+    let no_lifo = cfg!(tokio_unstable) && std::env::var_os("LATENCY_NO_LIFO").is_some();
+    if std::env::args().any(|a| a == "lifo") {
+        lifo_experiment(no_lifo);
+        return;
+    }
     let (messages, rate) = if quick {
         (20_000, 100_000)
     } else {
@@ -347,16 +518,24 @@ fn main() {
             period: Duration::from_millis(5),
         },
     ];
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(2).enable_all();
+    // An experiment, not a published figure: with RUSTFLAGS="--cfg tokio_unstable" and
+    // LATENCY_NO_LIFO=1, tokio's LIFO slot is off (a task woken by a worker's running task
+    // then goes to that worker's queue, where the other worker can steal it).
+    #[cfg(tokio_unstable)]
+    if no_lifo {
+        builder.disable_lifo_slot();
+    }
+    if no_lifo {
+        eprintln!("latency: tokio's LIFO slot disabled (experiment: nothing is written)");
+    }
+    let runtime = builder.build().expect("runtime");
     let mut runs = Vec::new();
     for shape in shapes {
         for subscribers in [1, 4, 8] {
             // Systems interleaved within each configuration.
-            for system in ["ringbus", "tokio-broadcast", "tokio-mpsc-fanout"] {
+            for system in SYSTEMS {
                 eprintln!(
                     "latency: {} / {subscribers} subscribers / {system}",
                     shape.name()
@@ -364,8 +543,16 @@ fn main() {
                 let run = runtime.block_on(async {
                     match system {
                         "ringbus" => run_ringbus(shape, messages, subscribers).await,
-                        "tokio-broadcast" => run_broadcast(shape, messages, subscribers).await,
-                        _ => run_mpsc(shape, messages, subscribers).await,
+                        "tokio-broadcast" => {
+                            run_peer::<TokioBroadcast>(shape, messages, subscribers).await
+                        }
+                        "async-broadcast" => {
+                            run_peer::<AsyncBroadcast>(shape, messages, subscribers).await
+                        }
+                        "kanal-fanout" => {
+                            run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await
+                        }
+                        _ => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
                     }
                 });
                 runs.push(run);
@@ -413,9 +600,14 @@ fn main() {
     }
     println!("{table}");
 
-    if quick {
-        return; // a smoke run: do not overwrite the published figures
+    // `cargo bench` passes `--bench`; `cargo test --benches` (a smoke run of a debug build)
+    // does not: only a benchmark run writes the published figures.
+    let benchmark = std::env::args().any(|a| a == "--bench");
+    if quick || no_lifo || !benchmark {
+        return; // a smoke run or an experiment: do not overwrite the published figures
     }
+    // The workspace's docs/benchmarks, wherever cargo runs the bench from.
+    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
     let date = std::process::Command::new("date")
         .arg("-u")
         .arg("+%Y-%m-%d %H:%M UTC")
@@ -434,6 +626,11 @@ fn main() {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
+    // The hand-written sections (from the first `## ` heading on) stay.
+    let notes = std::fs::read_to_string(docs.join("latency.md"))
+        .ok()
+        .and_then(|old| old.find("\n## ").map(|at| old[at..].to_string()))
+        .unwrap_or_default();
     let md = format!(
         "# Latency\n\nMeasured by `just latency` (`benches/latency.rs`) on {date}: {cpu}, {cores} cores, \
          release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; \
@@ -445,10 +642,8 @@ fn main() {
          (its latency covers only what arrived).\n\n{table}\n\
          On a shared 2-core machine the tails (p99.9, max) are dominated by scheduling of the \
          publisher, the subscribers and everything else on the box; compare systems within one \
-         row group, not across runs.\n"
+         row group, not across runs.\n{notes}"
     );
-    // The workspace's docs/benchmarks, wherever cargo runs the bench from.
-    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
     let _ = std::fs::create_dir_all(docs);
     if let Err(e) = std::fs::write(docs.join("latency.md"), md) {
         eprintln!("could not write docs/benchmarks/latency.md: {e}");

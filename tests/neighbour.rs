@@ -174,3 +174,42 @@ fn a_batch_subscriber_lets_its_neighbours_run() {
         "the neighbour ran after the batch subscriber handled {at} of {MESSAGES}"
     );
 }
+
+/// The last clause of guarantee 11, on tokio's multi-thread scheduler: a subscriber woken by
+/// a publisher's task is put in that worker's LIFO slot, which no other worker may steal
+/// from, so it runs only once the publisher's task yields. A publisher that always finds room
+/// yields on its budget: the subscriber handles its first message after at most 128
+/// publishes, not after all of them. One worker, so the count does not depend on timing.
+#[test]
+fn a_woken_subscriber_is_not_left_behind_a_publisher_that_never_yields() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .expect("a multi-thread runtime");
+    let first_seen_at = runtime.block_on(async {
+        let bus = Bus::builder().capacity(32_768).build();
+        let published = Arc::new(AtomicU64::new(0));
+        let first = Arc::new(AtomicU64::new(u64::MAX));
+        let (count, seen) = (published.clone(), first.clone());
+        let _sub = bus
+            .subscribe("t", move |_: &u64| {
+                let _ = seen.compare_exchange(u64::MAX, count.load(SeqCst), SeqCst, SeqCst);
+                std::future::ready(())
+            })
+            .unwrap();
+        let topic = bus.topic::<u64>("t").unwrap();
+        let publisher = tokio::spawn(async move {
+            for m in 0..MESSAGES {
+                topic.publish(m).await.unwrap();
+                published.fetch_add(1, SeqCst);
+            }
+        });
+        publisher.await.expect("the publisher finished");
+        bus.close().await;
+        first.load(SeqCst)
+    });
+    assert!(
+        first_seen_at <= BUDGET,
+        "the subscriber first ran after {first_seen_at} of {MESSAGES} publishes"
+    );
+}
