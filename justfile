@@ -18,6 +18,11 @@ loom preemptions="3":
     RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
         cargo test -p ringbus-core -p ringbus --lib --release loom_
 
+# Plants each known bug (a fence, a wake-up, a protocol rule) in a scratch copy and checks that
+# the test meant to catch it fails. `just plant-bugs gate join` runs the bugs whose names match.
+plant-bugs *words:
+    python3 scripts/plant-bugs.py {{words}}
+
 # Formatting and clippy, as CI runs them.
 lint:
     cargo fmt --all --check

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Plants each known bug in a scratch copy of the repository and checks that the test meant to
+catch it fails: a check counts only once it has been seen failing.
+
+Each bug is one textual change to one file (the fence, the wake-up or the rule a protocol needs)
+and the command of the check that must fail with it. The script copies the tracked files to a
+scratch directory, applies one bug at a time, runs its check, restores the file, and reports
+`caught` or `MISSED`. It exits non-zero if any bug went unnoticed (or no longer applies: the
+code it names moved, so the list needs updating).
+
+    python3 scripts/plant-bugs.py            # every bug
+    python3 scripts/plant-bugs.py gate join  # the bugs whose names contain a word
+
+Each check is first run on the unchanged code, where it must pass (a check that fails anyway
+proves nothing). Loom checks build into the scratch copy's own target-loom directory; the first
+build takes a few minutes, later ones rebuild one crate. Set PLANT_BUGS_DIR to keep the copy.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+LOOM = {"RUSTFLAGS": "--cfg ringbus_loom", "LOOM_MAX_PREEMPTIONS": "3",
+        "CARGO_TARGET_DIR": "target-loom"}
+CORE = "crates/ringbus-core/src/"
+BUS = "crates/ringbus/src/"
+
+
+def loom(package, test):
+    return (LOOM, ["cargo", "test", "-q", "-p", package, "--lib", "--release", "--",
+                   "--exact", test])
+
+
+def plain(package, test_file, test):
+    return ({}, ["cargo", "test", "-q", "-p", package, "--test", test_file, "--", "--exact", test])
+
+
+# (name, file, text to find (exactly once), replacement, check)
+BUGS = [
+    ("ring: no full fence in wake_source",
+     CORE + "shared.rs",
+     "        // Pairs with the full fence in `park` (see there).\n        full_fence();\n",
+     "",
+     loom("ringbus-core", "loom_tests::loom_asym_publish_wakes_parked_reader")),
+    ("ring: no full fence in wake_writer",
+     CORE + "shared.rs",
+     "        // Pairs with the full fence in `Writer::poll_room` after it set `writer_wants`.\n"
+     "        full_fence();\n",
+     "",
+     loom("ringbus-core", "loom_tests::loom_asym_full_writer_is_woken")),
+    ("ring: no full fence in the writer's gate scan",
+     CORE + "shared.rs",
+     "    pub(crate) fn gate(&self, own: u64) -> u64 {\n        full_fence();\n",
+     "    pub(crate) fn gate(&self, own: u64) -> u64 {\n",
+     loom("ringbus-core", "loom_tests::loom_asym_join_races_the_writers_lap")),
+    ("ring: no full fence in a join",
+     CORE + "stage.rs",
+     "        crate::sync::full_fence();\n",
+     "",
+     loom("ringbus-core", "loom_tests::loom_asym_join_races_the_writers_lap")),
+    ("ring: a joiner starts from another joiner's provisional claim",
+     CORE + "stage.rs",
+     "let barrier = shared.settled_barrier(group.upstream());",
+     "let barrier = shared.barrier(group.upstream()).0;",
+     loom("ringbus-core", "loom_tests::loom_concurrent_stage_joins_never_read_lapped_slots")),
+    ("ring: the parked writer waits for 64 slots of slack",
+     CORE + "writer.rs",
+     "self.shared.writer_wants.store(needed, Ordering::SeqCst);",
+     "self.shared.writer_wants.store((needed + 64).min(self.next), Ordering::SeqCst);",
+     plain("ringbus-core", "poll", "full_big_ring_writer_is_woken_by_the_first_release_it_needs")),
+    ("ring: the Stream impl releases only after a successful clone",
+     CORE + "reader.rs",
+     "                let guard = ReadGuard { reader: this };\n"
+     "                Poll::Ready(Some(T::clone(&guard)))\n",
+     "                let value = this.current().clone();\n"
+     "                this.advance(1);\n"
+     "                Poll::Ready(Some(value))\n",
+     plain("ringbus-core", "api", "a_stream_item_whose_clone_panics_is_released_and_skipped")),
+    ("ring: a failed membarrier falls back to a local fence",
+     CORE + "sync.rs",
+     "        std::process::abort();\n",
+     "        std::sync::atomic::fence(Ordering::SeqCst);\n",
+     ({}, ["cargo", "test", "-q", "-p", "ringbus-core", "--lib", "--", "--exact",
+           "sync::membarrier::tests::a_failing_barrier_aborts_instead_of_going_on_unsound"])),
+    ("bus lock: a cancelled waiter does not pass its turn on",
+     BUS + "lock.rs",
+     "            self.lock.wake_next();\n",
+     "",
+     loom("ringbus", "lock::loom_tests::loom_cancelled_waiter_passes_its_turn_on")),
+    ("bus lock: a waiter sleeps without looking at LOCKED again",
+     BUS + "lock.rs",
+     "            if s & LOCKED == 0 {\n                continue; // released meanwhile: try again\n            }\n",
+     "            let _ = s;\n",
+     loom("ringbus", "lock::loom_tests::loom_lock_unlock_hand_off")),
+    ("bus lock: try_publish waits for a parked holder",
+     BUS + "lock.rs",
+     "            if s & PARKED != 0\n",
+     "            if false\n",
+     loom("ringbus", "lock::loom_tests::loom_try_lock_never_waits_for_a_parked_holder")),
+    ("bus progress: close looks without the heavy fence",
+     BUS + "progress.rs",
+     "                ringbus_core::__private::heavy_fence();\n",
+     "",
+     loom("ringbus", "progress::loom_tests::loom_close_sees_the_subscriber_catch_up")),
+    ("bus progress: a subscriber checks for watchers without the light fence",
+     BUS + "progress.rs",
+     "        ringbus_core::__private::light_fence();\n        if self.watchers",
+     "        if self.watchers",
+     loom("ringbus", "progress::loom_tests::loom_close_sees_the_subscriber_catch_up")),
+]
+
+
+def main():
+    words = sys.argv[1:]
+    bugs = [b for b in BUGS if not words or any(w in b[0] for w in words)]
+    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    scratch = os.environ.get("PLANT_BUGS_DIR") or tempfile.mkdtemp(prefix="ringbus-bugs-")
+    files = subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for f in files:
+        os.makedirs(os.path.dirname(os.path.join(scratch, f)) or scratch, exist_ok=True)
+        shutil.copy2(os.path.join(repo, f), os.path.join(scratch, f))
+    print(f"scratch copy: {scratch}", flush=True)
+    # First, each check on the unchanged code: it must pass there, or its failure with a bug
+    # planted would prove nothing.
+    missed = []
+    for (env, cmd) in {tuple(map(str, c[1])): c for *_, c in bugs}.values():
+        run = subprocess.run(cmd, cwd=scratch, env={**os.environ, **env}, capture_output=True,
+                             text=True, timeout=1800)
+        ok = run.returncode == 0 and " 1 passed" in run.stdout
+        print(f"{'passes' if ok else 'FAILS':7} without a bug: {cmd[-1]}", flush=True)
+        if not ok:
+            missed.append(f"{cmd[-1]} (fails, or runs no test, on the unchanged code)")
+    for name, path, find, replace, (env, cmd) in bugs:
+        target = os.path.join(scratch, path)
+        with open(target) as fh:
+            original = fh.read()
+        if original.count(find) != 1:
+            print(f"STALE   {name}: the text to change is not in {path} exactly once", flush=True)
+            missed.append(name)
+            continue
+        with open(target, "w") as fh:
+            fh.write(original.replace(find, replace))
+        started = time.time()
+        try:
+            run = subprocess.run(cmd, cwd=scratch, env={**os.environ, **env},
+                                 capture_output=True, text=True, timeout=1800)
+            failed = run.returncode != 0
+            built = "error[" not in run.stderr and "could not compile" not in run.stderr
+        except subprocess.TimeoutExpired:
+            failed, built = True, True  # a hang is a failure of the check, if a slow one
+        finally:
+            with open(target, "w") as fh:
+                fh.write(original)
+        verdict = "caught" if failed and built else "MISSED"
+        if not built:
+            verdict = "BROKEN"  # the planted change did not compile: fix the list
+        if verdict != "caught":
+            missed.append(name)
+        print(f"{verdict:7} {name} ({time.time() - started:.0f} s)", flush=True)
+    if "PLANT_BUGS_DIR" not in os.environ:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if missed:
+        print(f"{len(missed)} of {len(bugs)} checks did not hold:", *missed, sep="\n  ")
+        sys.exit(1)
+    print(f"all {len(bugs)} planted bugs were caught")
+
+
+if __name__ == "__main__":
+    main()
