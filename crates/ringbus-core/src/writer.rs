@@ -376,14 +376,24 @@ impl<T> Writer<T> {
     /// [`publish_batch`](Self::publish_batch) for plain threads.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_publish_batch<I: IntoIterator<Item = T>>(&mut self, items: I) -> u64 {
-        // Polled once at once: it writes inline while there is room and parks only when full.
-        crate::blocking::block_on(self.publish_batch(items))
+        // Inline while there is room: no future, no executor (which cost a small batch more
+        // than the batch itself); only what does not fit waits, through the async form.
+        let mut items = items.into_iter().peekable();
+        let published = self.try_publish_batch(&mut items);
+        if items.peek().is_none() {
+            return published;
+        }
+        published + crate::blocking::block_on(self.publish_batch(items))
     }
 
     /// [`reserve`](Self::reserve) for plain threads.
     #[cfg(not(ringbus_loom))]
     pub fn blocking_reserve(&mut self, n: usize) -> Result<Reservation<'_, T>, ReserveError> {
-        crate::blocking::block_on(self.reserve(n))
+        self.check_size(n)?;
+        if !self.has_room(n) {
+            crate::blocking::block_on(self.ready(n));
+        }
+        Ok(Reservation { writer: self, n })
     }
 
     /// Closes the ring: readers read what was published, then see [`Closed`](crate::Closed).
