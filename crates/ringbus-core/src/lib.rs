@@ -131,6 +131,11 @@ impl Builder {
     /// Iterations of busy polling (each one looks at the writer or upstream again) before a
     /// waiting reader or writer parks. 0 parks at once. Spinning trades a little CPU for not
     /// paying a park and a wake-up when the other side is only slightly behind.
+    ///
+    /// A reader spins only while spinning pays off: after 4 spins in a row that ended in a
+    /// park anyway it parks at once, spinning again before one park in 16 to notice when
+    /// items come close together again (a reader polled by an async runtime holds up the
+    /// other tasks of its worker while it spins).
     pub fn spin(mut self, iterations: u32) -> Self {
         self.spin = iterations;
         self

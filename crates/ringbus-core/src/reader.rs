@@ -11,6 +11,13 @@ use crate::registry::{Claimed, Group, Slot, FREE};
 use crate::shared::Shared;
 use crate::sync::{Arc, AtomicU32, Ordering};
 
+/// Spins in a row that ended in a park after which a reader stops spinning (see
+/// `Reader::spin_limit`).
+const QUIET_AFTER: u32 = 4;
+/// A reader that stopped spinning still spins before one park in this many, to notice when
+/// spinning would pay off again.
+const PROBE_EVERY: u32 = 16;
+
 /// One reader of a ring: sees every item published after it joined, in order.
 ///
 /// Made by [`Stage::reader`](crate::Stage::reader). Items are read in place: a
@@ -50,6 +57,8 @@ pub struct Reader<T> {
     registered: Option<usize>,
     /// Refreshes in a row that found data without parking.
     calm: u32,
+    /// Spins in a row that ended in a park anyway (see [`spin_limit`](Self::spin_limit)).
+    missed: u32,
 }
 
 // SAFETY: a reader hands out `&T` (so `T: Sync`) to values moved in from the writer's thread
@@ -76,6 +85,7 @@ impl<T> Reader<T> {
             parked: None,
             registered: None,
             calm: 0,
+            missed: 0,
         }
     }
 
@@ -147,12 +157,34 @@ impl<T> Reader<T> {
         self.poll_refresh(cx)
     }
 
+    /// How many times to look again, with a spin hint between, before parking: the ring's
+    /// `spin` while spinning pays off; none once [`QUIET_AFTER`] spins in a row ended in a park
+    /// anyway, except one spin in [`PROBE_EVERY`] parks, which notices when items come close
+    /// together again.
+    ///
+    /// Items that come further apart than a spin lasts (a few microseconds) make every spin a
+    /// loss, and not only of this thread's time: a reader polled by an async runtime keeps the
+    /// other tasks of its worker waiting while it spins (on a machine with as many workers as
+    /// cores, the very tasks that would publish what it waits for).
+    #[inline]
+    fn spin_limit(&self) -> u32 {
+        if self.missed < QUIET_AFTER || self.missed % PROBE_EVERY == 0 {
+            self.shared.spin
+        } else {
+            0
+        }
+    }
+
     #[inline(never)]
     fn poll_refresh(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
         let mut source = 0;
-        for _ in 0..=self.shared.spin {
+        let limit = self.spin_limit();
+        for spun in 0..=limit {
             let (ready, s) = self.refresh();
             if ready {
+                if spun > 0 {
+                    self.missed = 0; // spinning paid off
+                }
                 self.cancel_park();
                 self.calm_down();
                 return Poll::Ready(Ok(()));
@@ -162,8 +194,12 @@ impl<T> Reader<T> {
                 return Poll::Ready(Err(Closed));
             }
             source = s;
-            self.shared.fences.spin_hint();
+            if spun < limit {
+                self.shared.fences.spin_hint();
+            }
         }
+        // A spin that missed, or a park without one (counting towards the next probe).
+        self.missed = self.missed.wrapping_add(1);
         self.calm = 0;
         self.slot().waker.register(cx.waker());
         loop {
@@ -543,5 +579,71 @@ impl<T> fmt::Debug for RecvBatch<'_, T> {
         f.debug_struct("RecvBatch")
             .field("max", &self.max)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(ringbus_loom)))]
+mod tests {
+    use std::task::{Context, Poll, Waker};
+
+    use crate::Builder;
+
+    fn poll_once(reader: &mut super::Reader<u64>) -> Poll<Result<(), crate::Closed>> {
+        reader.poll_ready(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// A reader whose spins keep ending in a park stops spinning after `QUIET_AFTER` of them,
+    /// spins again before one park in `PROBE_EVERY`, and spins as configured again once a
+    /// spin found an item.
+    #[test]
+    fn a_reader_stops_spinning_while_spinning_does_not_pay_and_starts_again_when_it_does() {
+        const SPIN: u32 = 64;
+        let (writer, stage) = Builder::new(4).spin(SPIN).build::<u64>();
+        let mut reader = stage.reader().unwrap();
+        for missed in 0..super::QUIET_AFTER {
+            assert_eq!(reader.spin_limit(), SPIN, "after {missed} missed spins");
+            assert!(poll_once(&mut reader).is_pending());
+        }
+        for parks in super::QUIET_AFTER..super::PROBE_EVERY {
+            assert_eq!(reader.spin_limit(), 0, "after {parks} parks");
+            assert!(poll_once(&mut reader).is_pending());
+        }
+        assert_eq!(reader.spin_limit(), SPIN, "the probe");
+
+        drop(writer);
+
+        // A spin that finds an item resets the count. The item must come while the reader
+        // spins, not before its first look (which says nothing about spinning): a spin as
+        // long as it takes, and a publisher thread that publishes once the reader is about
+        // to poll. If the item was there at the first look, `missed` is left as it was, and
+        // we try again.
+        let (mut writer, stage) = Builder::new(4).spin(u32::MAX).build::<u64>();
+        let mut reader = stage.reader().unwrap();
+        let (go, went) = std::sync::mpsc::channel::<()>();
+        let publisher = std::thread::spawn(move || {
+            let mut next = 0;
+            while went.recv().is_ok() {
+                writer.blocking_publish(next);
+                next += 1;
+            }
+        });
+        let mut reset = false;
+        for _ in 0..100 {
+            reader.missed = super::PROBE_EVERY; // a probe: spins
+            go.send(()).unwrap();
+            assert!(poll_once(&mut reader).is_ready());
+            drop(reader.try_recv());
+            if reader.missed == 0 {
+                reset = true;
+                break;
+            }
+            assert_eq!(reader.missed, super::PROBE_EVERY, "found at the first look");
+        }
+        drop(go);
+        publisher.join().unwrap();
+        assert!(
+            reset,
+            "a spin that found an item never reset the missed count"
+        );
     }
 }
