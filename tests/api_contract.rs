@@ -83,3 +83,48 @@ async fn the_api_md_example_runs() -> Result<(), ringbus::Error> {
     assert_eq!(AUDITED.load(Ordering::Relaxed), 4);
     Ok(())
 }
+
+/// `BusStats`'s table: a line per topic with the slowest subscriber's lag and the sums of
+/// errors, panics and detached subscribers, columns as wide as their widest cell.
+#[tokio::test]
+async fn bus_stats_display_is_a_table_of_the_topics() {
+    let bus = Bus::new();
+    assert_eq!(bus.stats().to_string(), "no topics\n");
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let held = std::sync::Mutex::new(Some(held));
+    let _slow = bus
+        .subscribe("orders.created", move |_: &u64| {
+            let held = held.lock().unwrap().take();
+            async move {
+                if let Some(held) = held {
+                    let _ = held.await;
+                }
+            }
+        })
+        .unwrap();
+    let _failing = bus
+        .subscribe("orders.created", async |n: &u64| -> Result<(), String> {
+            Err(format!("no {n}"))
+        })
+        .unwrap();
+    let _b = bus.subscribe("b", async |_: &String| {}).unwrap();
+    for n in 0..3u64 {
+        bus.publish("orders.created", n).await.unwrap();
+    }
+    // The failing subscriber handles all three; the slow one is held in its first call.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while bus.stats().topics[1].subscribers[1].handled < 3 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", bus.stats());
+        tokio::task::yield_now().await;
+    }
+    let table = bus.stats().to_string();
+    assert_eq!(
+        table,
+        "topic           type                   subscribers  published  lag  errors  panics  detached\n\
+         b               alloc::string::String            1          0    0       0       0         0\n\
+         orders.created  u64                              2          3    3       3       0         0\n",
+        "\n{table}"
+    );
+    drop(release);
+    bus.close().await;
+}

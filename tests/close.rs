@@ -311,6 +311,10 @@ async fn bounded_close_reports_the_stuck_subscriber() {
         (left.topic.as_str(), left.subscriber.as_str(), left.messages),
         ("orders", "stuck", 5)
     );
+    assert_eq!(
+        report.to_string(),
+        "not drained: 1 subscriber unfinished\n  orders / stuck: 5 unhandled, stopped\n"
+    );
     // The stuck subscriber was aborted; the bus stays closed and a later close completes.
     stuck.unsubscribe().await;
     fine.sub.unsubscribe().await;
@@ -324,6 +328,10 @@ async fn bounded_close_reports_the_stuck_subscriber() {
     assert_closed(bus.publish("orders", 9u64).await, 9);
     let again = bus.close_with(&Context::new()).await;
     assert!(again.complete, "{again:?}");
+    assert_eq!(
+        again.to_string(),
+        "drained: every accepted message was handled\n"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -120,7 +120,8 @@ impl App {
     }
 
     /// Registers the handlers, runs the startup hooks, waits for shutdown, runs the shutdown
-    /// hooks, then closes the bus with the drain timeout and logs the close report.
+    /// hooks, then closes the bus with the drain timeout and logs the close report and the
+    /// bus's counters (the [`BusStats`](crate::BusStats) table, at `info`).
     ///
     /// Runs on a tokio runtime with time and signals enabled (`#[tokio::main]` enables both):
     /// the drain timeout is a tokio timer.
@@ -200,6 +201,7 @@ impl App {
             }
         }
         drop(subscriptions);
+        tracing::info!("ringbus app: counters at shutdown\n{}", bus.stats());
         Ok(report)
     }
 }

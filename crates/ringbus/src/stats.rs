@@ -84,3 +84,115 @@ pub struct Unhandled {
     /// handler call returns.
     pub running: bool,
 }
+
+/// A table of the topics, one line each (the slowest subscriber's lag; errors, panics and
+/// detached subscribers summed over the topic's subscribers), then `closed` once `close` has
+/// begun. For logs and a status page; the fields are the stable interface.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let bus = ringbus::Bus::new();
+/// let _sub = bus.subscribe("orders", async |_: &u64| {}).unwrap();
+/// bus.publish("orders", 7u64).await.unwrap();
+/// bus.close().await;
+/// assert_eq!(
+///     bus.stats().to_string(),
+///     "topic   type  subscribers  published  lag  errors  panics  detached\n\
+///      orders  u64             1          1    0       0       0         0\n\
+///      closed\n"
+/// );
+/// # }
+/// ```
+impl std::fmt::Display for BusStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const HEAD: [&str; 8] = [
+            "topic",
+            "type",
+            "subscribers",
+            "published",
+            "lag",
+            "errors",
+            "panics",
+            "detached",
+        ];
+        if self.topics.is_empty() {
+            f.write_str("no topics\n")?;
+        } else {
+            let rows: Vec<[String; 8]> = self.topics.iter().map(TopicStats::row).collect();
+            let mut widths = HEAD.map(str::len);
+            for row in &rows {
+                for (width, cell) in widths.iter_mut().zip(row) {
+                    *width = (*width).max(cell.len());
+                }
+            }
+            let head = HEAD.map(str::to_owned);
+            for row in std::iter::once(&head).chain(&rows) {
+                for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
+                    match column {
+                        0 => write!(f, "{cell:<width$}")?,
+                        // The type is left-aligned; the counters right-aligned under their heads.
+                        1 => write!(f, "  {cell:<width$}")?,
+                        _ => write!(f, "  {cell:>width$}")?,
+                    }
+                }
+                f.write_str("\n")?;
+            }
+        }
+        if self.closed {
+            f.write_str("closed\n")?;
+        }
+        Ok(())
+    }
+}
+
+impl TopicStats {
+    /// This topic's line in [`BusStats`]'s table.
+    fn row(&self) -> [String; 8] {
+        let subs = &self.subscribers;
+        let sum = |count: fn(&SubscriberStats) -> u64| subs.iter().map(count).sum::<u64>();
+        [
+            self.name.clone(),
+            self.message_type.to_owned(),
+            subs.len().to_string(),
+            self.published.to_string(),
+            subs.iter().map(|s| s.lag).max().unwrap_or(0).to_string(),
+            sum(|s| s.errors).to_string(),
+            sum(|s| s.panics).to_string(),
+            sum(|s| u64::from(s.detached)).to_string(),
+        ]
+    }
+}
+
+/// `drained`, or the subscribers left unfinished, one line each.
+///
+/// ```
+/// let report = ringbus::CloseReport::default();
+/// assert_eq!(report.to_string(), "not drained: no subscriber listed\n");
+/// ```
+impl std::fmt::Display for CloseReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.complete {
+            return f.write_str("drained: every accepted message was handled\n");
+        }
+        if self.unfinished.is_empty() {
+            return f.write_str("not drained: no subscriber listed\n");
+        }
+        let n = self.unfinished.len();
+        let plural = if n == 1 { "" } else { "s" };
+        writeln!(f, "not drained: {n} subscriber{plural} unfinished")?;
+        for u in &self.unfinished {
+            let state = if u.running {
+                "still in a handler call"
+            } else {
+                "stopped"
+            };
+            writeln!(
+                f,
+                "  {} / {}: {} unhandled, {state}",
+                u.topic, u.subscriber, u.messages
+            )?;
+        }
+        Ok(())
+    }
+}
