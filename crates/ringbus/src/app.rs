@@ -4,6 +4,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::Context;
@@ -45,6 +47,7 @@ pub struct App {
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     signals: bool,
     drain_timeout: Duration,
+    phase: Arc<AtomicU8>,
 }
 
 impl App {
@@ -61,6 +64,25 @@ impl App {
             shutdown: None,
             signals: true,
             drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
+            phase: Arc::new(AtomicU8::new(STARTING)),
+        }
+    }
+
+    /// A probe of this app's state for the service's health endpoint: take it before
+    /// [`run`](Self::run) and ask it any time, from any task.
+    ///
+    /// ```
+    /// use ringbus::{App, Bus, HealthStatus};
+    ///
+    /// let app = App::new(Bus::new());
+    /// let health = app.health();
+    /// assert_eq!(health.status(), HealthStatus::Starting);
+    /// // tokio::spawn(serve_health(health)); app.run().await
+    /// ```
+    pub fn health(&self) -> Health {
+        Health {
+            phase: self.phase.clone(),
+            bus: self.bus.clone(),
         }
     }
 
@@ -147,7 +169,10 @@ impl App {
             shutdown,
             signals,
             drain_timeout,
+            phase,
         } = self;
+        // `Stopped` however `run` ends: returned, failed, or dropped mid-way.
+        let phase = PhaseGuard(phase);
         let mut subscriptions = Vec::with_capacity(registrations.len());
         for register in registrations {
             match register(&bus) {
@@ -166,6 +191,7 @@ impl App {
                 return Err(Error::Hook(message));
             }
         }
+        phase.set(RUNNING);
         tracing::info!(handlers = subscriptions.len(), "ringbus app running");
 
         let own = async move {
@@ -179,6 +205,7 @@ impl App {
             _ = os_signal(signals) => tracing::info!("ringbus app: shutdown signal received"),
         }
 
+        phase.set(DRAINING);
         for hook in shutdown_hooks {
             if let Err(message) = hook(bus.clone()).await {
                 tracing::warn!(error = %message, "ringbus app: a shutdown hook failed");
@@ -203,6 +230,104 @@ impl App {
         drop(subscriptions);
         tracing::info!("ringbus app: counters at shutdown\n{}", bus.stats());
         Ok(report)
+    }
+}
+
+const STARTING: u8 = 0;
+const RUNNING: u8 = 1;
+const DRAINING: u8 = 2;
+const STOPPED: u8 = 3;
+
+/// Sets the app's phase as `run` goes, and `Stopped` when `run` ends or is dropped.
+struct PhaseGuard(Arc<AtomicU8>);
+
+impl PhaseGuard {
+    fn set(&self, phase: u8) {
+        self.0.store(phase, Ordering::Release);
+    }
+}
+
+impl Drop for PhaseGuard {
+    fn drop(&mut self) {
+        self.set(STOPPED);
+    }
+}
+
+/// A probe of an [`App`]'s state, from [`App::health`]: cheap to clone, for a service's
+/// health or readiness endpoint.
+#[derive(Clone)]
+pub struct Health {
+    phase: Arc<AtomicU8>,
+    bus: Bus,
+}
+
+impl Health {
+    /// Where the app is. While it runs, this reads the bus's counters
+    /// ([`Bus::stats`](crate::Bus::stats), which allocates) to find detached subscribers.
+    pub fn status(&self) -> HealthStatus {
+        match self.phase.load(Ordering::Acquire) {
+            STARTING => HealthStatus::Starting,
+            RUNNING => {
+                let detached: Vec<String> = self
+                    .bus
+                    .stats()
+                    .topics
+                    .into_iter()
+                    .flat_map(|t| {
+                        let topic = t.name;
+                        t.subscribers
+                            .into_iter()
+                            .filter(|s| s.detached)
+                            .map(move |s| format!("{topic}/{}", s.name))
+                    })
+                    .collect();
+                if detached.is_empty() {
+                    HealthStatus::Running
+                } else {
+                    HealthStatus::Degraded { detached }
+                }
+            }
+            DRAINING => HealthStatus::Draining,
+            _ => HealthStatus::Stopped,
+        }
+    }
+}
+
+impl fmt::Debug for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Health")
+            .field("phase", &self.phase.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Health::status`] says of an [`App`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HealthStatus {
+    /// `run` has not yet registered every handler and run the startup hooks (or has not been
+    /// called).
+    Starting,
+    /// Running, every subscriber taking messages.
+    Running,
+    /// Running, but these subscribers (`topic/name`) were detached after a stall (see
+    /// [`BusBuilder::stall_timeout`](crate::BusBuilder::stall_timeout)): their topics'
+    /// messages no longer reach them.
+    Degraded {
+        /// The detached subscribers, `topic/name`.
+        detached: Vec<String>,
+    },
+    /// Shutdown has begun: shutdown hooks, then the drain.
+    Draining,
+    /// `run` has returned (or failed, or was dropped).
+    Stopped,
+}
+
+impl HealthStatus {
+    /// True while the app runs with every subscriber taking messages: what a readiness probe
+    /// should report as ready.
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, Self::Running)
     }
 }
 

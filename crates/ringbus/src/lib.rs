@@ -82,7 +82,7 @@ mod topic;
 
 #[cfg(feature = "app")]
 #[cfg_attr(docsrs, doc(cfg(feature = "app")))]
-pub use app::App;
+pub use app::{App, Health, HealthStatus};
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
