@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::{process_tag, Codec, Json};
 use crate::error::LinkError;
-use crate::options::{Auth, JetStreamOptions, Mode, Tls};
+use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
 
@@ -486,10 +486,17 @@ impl Link {
     /// Publishes every message arriving on the subject of `topic` into the local topic,
     /// JSON-decoded; the local subscribers handle it as any other message.
     ///
-    /// In [`Mode::JetStream`], a durable consumer keeps the place: messages exported before
-    /// this call (and while this process was down) are delivered too, and each one is acked
-    /// once every local subscriber has handled it. Register the local handlers first: a
-    /// message handled by no subscriber is acked at once.
+    /// This is the fan-out import ([`Sharing::FanOut`]): on [`Mode::Core`] every instance that
+    /// imports the topic sees every message. On [`Mode::JetStream`] the durable consumer
+    /// `<durable>_<topic>` keeps the place, so instances with their own
+    /// [`JetStreamOptions::durable`] name each see every message, and instances with the same
+    /// name (the default is the same everywhere) share them. To divide a topic's messages
+    /// between instances explicitly, use [`import_shared`](Self::import_shared).
+    ///
+    /// In [`Mode::JetStream`], messages exported before this call (and while this process
+    /// was down) are delivered too, and each one is acked once every local subscriber has
+    /// handled it. Register the local handlers first: a message handled by no subscriber is
+    /// acked at once.
     ///
     /// # Cancel safety
     ///
@@ -500,7 +507,7 @@ impl Link {
         T: Send + Sync + 'static,
         Json: Codec<T>,
     {
-        self.import_with(topic, mode, Json).await
+        self.import_as(topic, mode, Sharing::FanOut, Json).await
     }
 
     /// As [`import`](Self::import), with another codec.
@@ -518,9 +525,69 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T>,
     {
+        self.import_as(topic, mode, Sharing::FanOut, codec).await
+    }
+
+    /// Imports `topic` shared with the other instances in `group` (competing consumers): each
+    /// message goes to one instance of the group, instead of to every instance.
+    ///
+    /// - [`Mode::Core`]: the link joins the NATS queue group `group` on the topic's subject;
+    ///   the server hands each message to one member. At most once: a message in flight to
+    ///   an instance when it dies, or dropped by the client for a slow importer, is lost.
+    ///   Plain (fan-out) importers of the same subject still receive every message.
+    /// - [`Mode::JetStream`]: the instances pull from one durable consumer,
+    ///   `<group>_<topic>` (the group names it in place of [`JetStreamOptions::durable`]).
+    ///   Each message is delivered to one of them and acked there after its local handlers
+    ///   ran; a message an instance took and did not ack (it died, or took longer than
+    ///   [`JetStreamOptions::ack_wait`]) is delivered to an instance again after `ack_wait`.
+    ///   At least once: the handlers of a message that was handled but not acked run again
+    ///   elsewhere, so they must be idempotent.
+    ///
+    /// Instances in different groups (or fan-out importers) each receive every message. The
+    /// group must be usable in a NATS subject: an empty name, whitespace or a wildcard is a
+    /// [`LinkError::BadSubject`] here.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_shared<T>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        group: &str,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.import_as(topic, mode, Sharing::shared(group), Json)
+            .await
+    }
+
+    /// Imports `topic` fan-out or shared, as `sharing` says, with `codec`: the general form
+    /// of [`import`](Self::import), [`import_with`](Self::import_with) and
+    /// [`import_shared`](Self::import_shared), for a choice made in configuration.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_as<T, C>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        sharing: Sharing,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
         let subject = self.subject(topic)?;
+        if let Sharing::Shared(group) = &sharing {
+            subject::check(group, "queue group")?;
+        }
         self.inner.claim(topic, "import")?;
-        match import::start::<T, C>(&self.inner, topic, subject, mode, codec).await {
+        match import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await {
             Ok(task) => {
                 self.inner.parts().imports.push(task);
                 Ok(())
