@@ -148,10 +148,14 @@ impl LinkBuilder {
         let options = self
             .connect_options(counters.clone(), closed.clone())
             .await?;
-        let client = options
-            .connect(self.url.as_str())
-            .await
-            .map_err(LinkError::Connect)?;
+        // "a,b,c": one server list (async-nats parses a `&str` as a single URL).
+        let urls: Vec<&str> = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let client = options.connect(urls).await.map_err(LinkError::Connect)?;
         counters.set_state(ConnectionState::Connected);
         static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
         let id = format!(
@@ -328,6 +332,7 @@ impl LinkShared {
             name: self.stream_name.clone(),
             subjects: vec![subject.to_string(), dead],
             duplicate_window: self.js.duplicate_window,
+            num_replicas: self.js.replicas.max(1),
             storage: if self.js.memory_storage {
                 jetstream::stream::StorageType::Memory
             } else {
@@ -400,8 +405,10 @@ pub struct Link {
 }
 
 impl Link {
-    /// Starts building a link to the server at `url` (for instance `nats://127.0.0.1:4222`;
-    /// several comma-separated URLs are accepted).
+    /// Starts building a link to the server at `url` (for instance `nats://127.0.0.1:4222`).
+    /// Several comma-separated URLs (the nodes of a cluster) are one server list: the client
+    /// connects to one of them and, when that server is lost, reconnects to another (and to
+    /// any node the servers announce).
     pub fn builder(url: impl Into<String>) -> LinkBuilder {
         LinkBuilder::new(url)
     }

@@ -168,6 +168,11 @@ pub struct JetStreamOptions {
     pub duplicate_window: Duration,
     /// Store the stream in memory instead of files. Default: false.
     pub memory_storage: bool,
+    /// Copies of the stream kept by a JetStream cluster (1 to 5; the server refuses more
+    /// than the cluster has nodes), used when the link creates the stream: with 3, the
+    /// stream and its consumers survive the loss of one node. An existing stream keeps its
+    /// own setting. Default: 1.
+    pub replicas: usize,
 }
 
 impl Default for JetStreamOptions {
@@ -184,6 +189,7 @@ impl Default for JetStreamOptions {
             publish_retry_for: Duration::from_secs(60),
             duplicate_window: Duration::from_secs(120),
             memory_storage: false,
+            replicas: 1,
         }
     }
 }
