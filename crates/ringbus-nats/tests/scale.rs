@@ -8,6 +8,7 @@
 //!   NATS core allows (at most once), counted and reported, and only allowed when a worker
 //!   reported a slow consumer (its client dropped them);
 //! - core, fan-out: every worker handled every id, once;
+//! - JetStream, fan-out (a durable consumer per worker): every worker handled every id, once;
 //! - JetStream, shared (one durable consumer): every id handled exactly once across the three;
 //! - JetStream, shared, one worker killed with SIGKILL mid-stream: nothing acknowledged is
 //!   lost: every id is handled by some worker, and the consumer ends with nothing pending
@@ -407,6 +408,40 @@ async fn core_fan_out_three_processes_each_handle_every_message() {
     }
     eprintln!(
         "core fan-out: {COUNT} published, each of {WORKERS} workers handled all, in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_fan_out_three_processes_each_handle_every_message() {
+    let _turn = TURN.lock().await;
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let started = Instant::now();
+    // Fan-out on JetStream: a durable consumer per worker.
+    let workers_args: Vec<Vec<String>> = (0..WORKERS)
+        .map(|i| args(&["--mode", "jetstream", "--durable", &format!("own{i}")]))
+        .collect();
+    let mut workers = start_workers(&server, &workers_args).await;
+    publish(server.url(), Mode::JetStream).await;
+    wait_until(&mut workers, "every worker handled every id", WAIT, |w| {
+        w.iter().all(|w| w.count() >= COUNT)
+    })
+    .await
+    .unwrap();
+    let mut done = Vec::new();
+    for w in workers {
+        done.push(w.stop().await);
+    }
+    for d in &done {
+        let times = tally(std::slice::from_ref(d));
+        assert_eq!(times.len() as u64, COUNT, "worker {}", d.name);
+        let twice = times.values().filter(|&&n| n > 1).count();
+        assert_eq!(twice, 0, "worker {}: ids handled twice", d.name);
+    }
+    eprintln!(
+        "jetstream fan-out: {COUNT} published, each of {WORKERS} workers handled all, in {:?}",
         started.elapsed()
     );
 }
