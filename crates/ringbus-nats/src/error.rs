@@ -12,7 +12,7 @@ pub enum LinkError {
     Credentials(std::io::Error),
     /// A topic or prefix does not make a publishable NATS subject.
     BadSubject {
-        /// What was checked: `"topic"`, `"prefix"` or `"dead-letter prefix"`.
+        /// What was checked: `"topic"`, `"prefix"`, `"dead-letter prefix"` or `"queue group"`.
         what: &'static str,
         /// The name, escaped for printing.
         name: String,

@@ -1,10 +1,14 @@
 //! Imports: a task per imported topic publishes what arrives from NATS into the local bus.
 //!
-//! Core: a subscription (no echo on the connection); each message is decoded and published
-//! with the bus's backpressure, while the client buffers up to `import_buffer` messages.
-//! JetStream: a durable pull consumer with explicit acks; each message is published with a
-//! delivery receipt and settled once every local subscriber has handled it: acked, or nacked
-//! with a delay, or (at the last allowed delivery) dead-lettered and terminated.
+//! Core: a subscription (no echo on the connection), or with [`Sharing::Shared`] a queue
+//! subscription in the group (the server hands each message to one member); each message is
+//! decoded and published with the bus's backpressure, while the client buffers up to
+//! `import_buffer` messages.
+//! JetStream: a durable pull consumer with explicit acks (`<durable>_<topic>`, or
+//! `<group>_<topic>` when shared: instances pulling from one consumer compete for its
+//! messages); each message is published with a delivery receipt and settled once every local
+//! subscriber has handled it: acked, or nacked with a delay, or (at the last allowed delivery)
+//! dead-lettered and terminated.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
 use crate::error::LinkError;
 use crate::link::LinkShared;
-use crate::options::Mode;
+use crate::options::{Mode, Sharing};
 use crate::stats::add;
 use crate::wire::{decode, origin, BadInput};
 
@@ -79,6 +83,7 @@ pub(crate) async fn start<T, C>(
     topic: &str,
     subject: String,
     mode: Mode,
+    sharing: &Sharing,
     codec: C,
 ) -> Result<ImportTask, LinkError>
 where
@@ -88,11 +93,15 @@ where
     let local = link.bus.topic::<T>(topic)?;
     let task = match mode {
         Mode::Core => {
-            let subscriber = link
-                .client
-                .subscribe(subject.clone())
-                .await
-                .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+            let subscribed = match sharing {
+                Sharing::FanOut => link.client.subscribe(subject.clone()).await,
+                Sharing::Shared(group) => {
+                    link.client
+                        .queue_subscribe(subject.clone(), group.clone())
+                        .await
+                }
+            };
+            let subscriber = subscribed.map_err(|e| LinkError::Subscribe(e.to_string()))?;
             // The server knows the subscription once this returns: a message exported right
             // after `import` returns is delivered.
             link.round_trip()
@@ -102,7 +111,8 @@ where
         }
         Mode::JetStream => {
             let stream = link.stream(&subject).await?;
-            let durable = crate::subject::durable_name(&[&link.js.durable, topic]);
+            let owner = sharing.group().unwrap_or(&link.js.durable);
+            let durable = crate::subject::durable_name(&[owner, topic]);
             let config = pull::Config {
                 durable_name: Some(durable.clone()),
                 filter_subject: subject.clone(),
@@ -119,7 +129,7 @@ where
             tokio::spawn(js_loop(link.clone(), local, subject, codec, consumer))
         }
     };
-    tracing::info!(topic = %topic, ?mode, "ringbus-nats: importing");
+    tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
     Ok(ImportTask { task })
 }
 

@@ -15,6 +15,11 @@
 //! | import | subscription; the client buffers up to `import_buffer` messages, beyond which it drops and reports a slow consumer (logged, counted) | durable pull consumer; acked once every local subscriber handled the message; a handler failure nacks with a delay; after `max_deliver` deliveries the message goes to the dead-letter subject and is terminated |
 //! | echo | the connection never receives its own messages (no-echo) | the origin header filters the link's own exports |
 //!
+//! When several instances of a service import one topic, each import is fan-out (every
+//! instance sees every message: [`Link::import`]) or shared (each message goes to one instance
+//! of a group: [`Link::import_shared`], a NATS queue group on core, one durable consumer on
+//! JetStream); see [`Sharing`].
+//!
 //! Topic `t` travels on `<prefix>.t`. The body is encoded by a [`Codec`] ([`Json`] by
 //! default); the topic, the message id and user [`Headers`] travel as NATS headers. An
 //! [`Envelope`] carries an id and headers with its body, and records that it was imported,
@@ -69,5 +74,5 @@ mod wire;
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 pub use error::LinkError;
 pub use link::{Link, LinkBuilder};
-pub use options::{Auth, JetStreamOptions, Mode, Tls};
+pub use options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 pub use stats::{ConnectionState, LinkCloseReport, LinkStats};

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::{process_tag, Codec, Json};
 use crate::error::LinkError;
-use crate::options::{Auth, JetStreamOptions, Mode, Tls};
+use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
 
@@ -148,10 +148,14 @@ impl LinkBuilder {
         let options = self
             .connect_options(counters.clone(), closed.clone())
             .await?;
-        let client = options
-            .connect(self.url.as_str())
-            .await
-            .map_err(LinkError::Connect)?;
+        // "a,b,c": one server list (async-nats parses a `&str` as a single URL).
+        let urls: Vec<&str> = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let client = options.connect(urls).await.map_err(LinkError::Connect)?;
         counters.set_state(ConnectionState::Connected);
         static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
         let id = format!(
@@ -328,6 +332,7 @@ impl LinkShared {
             name: self.stream_name.clone(),
             subjects: vec![subject.to_string(), dead],
             duplicate_window: self.js.duplicate_window,
+            num_replicas: self.js.replicas.max(1),
             storage: if self.js.memory_storage {
                 jetstream::stream::StorageType::Memory
             } else {
@@ -400,8 +405,10 @@ pub struct Link {
 }
 
 impl Link {
-    /// Starts building a link to the server at `url` (for instance `nats://127.0.0.1:4222`;
-    /// several comma-separated URLs are accepted).
+    /// Starts building a link to the server at `url` (for instance `nats://127.0.0.1:4222`).
+    /// Several comma-separated URLs (the nodes of a cluster) are one server list: the client
+    /// connects to one of them and, when that server is lost, reconnects to another (and to
+    /// any node the servers announce).
     pub fn builder(url: impl Into<String>) -> LinkBuilder {
         LinkBuilder::new(url)
     }
@@ -486,10 +493,17 @@ impl Link {
     /// Publishes every message arriving on the subject of `topic` into the local topic,
     /// JSON-decoded; the local subscribers handle it as any other message.
     ///
-    /// In [`Mode::JetStream`], a durable consumer keeps the place: messages exported before
-    /// this call (and while this process was down) are delivered too, and each one is acked
-    /// once every local subscriber has handled it. Register the local handlers first: a
-    /// message handled by no subscriber is acked at once.
+    /// This is the fan-out import ([`Sharing::FanOut`]): on [`Mode::Core`] every instance that
+    /// imports the topic sees every message. On [`Mode::JetStream`] the durable consumer
+    /// `<durable>_<topic>` keeps the place, so instances with their own
+    /// [`JetStreamOptions::durable`] name each see every message, and instances with the same
+    /// name (the default is the same everywhere) share them. To divide a topic's messages
+    /// between instances explicitly, use [`import_shared`](Self::import_shared).
+    ///
+    /// In [`Mode::JetStream`], messages exported before this call (and while this process
+    /// was down) are delivered too, and each one is acked once every local subscriber has
+    /// handled it. Register the local handlers first: a message handled by no subscriber is
+    /// acked at once.
     ///
     /// # Cancel safety
     ///
@@ -500,7 +514,7 @@ impl Link {
         T: Send + Sync + 'static,
         Json: Codec<T>,
     {
-        self.import_with(topic, mode, Json).await
+        self.import_as(topic, mode, Sharing::FanOut, Json).await
     }
 
     /// As [`import`](Self::import), with another codec.
@@ -518,9 +532,69 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T>,
     {
+        self.import_as(topic, mode, Sharing::FanOut, codec).await
+    }
+
+    /// Imports `topic` shared with the other instances in `group` (competing consumers): each
+    /// message goes to one instance of the group, instead of to every instance.
+    ///
+    /// - [`Mode::Core`]: the link joins the NATS queue group `group` on the topic's subject;
+    ///   the server hands each message to one member. At most once: a message in flight to
+    ///   an instance when it dies, or dropped by the client for a slow importer, is lost.
+    ///   Plain (fan-out) importers of the same subject still receive every message.
+    /// - [`Mode::JetStream`]: the instances pull from one durable consumer,
+    ///   `<group>_<topic>` (the group names it in place of [`JetStreamOptions::durable`]).
+    ///   Each message is delivered to one of them and acked there after its local handlers
+    ///   ran; a message an instance took and did not ack (it died, or took longer than
+    ///   [`JetStreamOptions::ack_wait`]) is delivered to an instance again after `ack_wait`.
+    ///   At least once: the handlers of a message that was handled but not acked run again
+    ///   elsewhere, so they must be idempotent.
+    ///
+    /// Instances in different groups (or fan-out importers) each receive every message. The
+    /// group must be usable in a NATS subject: an empty name, whitespace or a wildcard is a
+    /// [`LinkError::BadSubject`] here.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_shared<T>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        group: &str,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.import_as(topic, mode, Sharing::shared(group), Json)
+            .await
+    }
+
+    /// Imports `topic` fan-out or shared, as `sharing` says, with `codec`: the general form
+    /// of [`import`](Self::import), [`import_with`](Self::import_with) and
+    /// [`import_shared`](Self::import_shared), for a choice made in configuration.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_as<T, C>(
+        &self,
+        topic: &str,
+        mode: Mode,
+        sharing: Sharing,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
         let subject = self.subject(topic)?;
+        if let Sharing::Shared(group) = &sharing {
+            subject::check(group, "queue group")?;
+        }
         self.inner.claim(topic, "import")?;
-        match import::start::<T, C>(&self.inner, topic, subject, mode, codec).await {
+        match import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await {
             Ok(task) => {
                 self.inner.parts().imports.push(task);
                 Ok(())

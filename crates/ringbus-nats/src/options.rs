@@ -1,5 +1,5 @@
-//! How to connect ([`LinkBuilder`], [`Auth`], [`Tls`]) and how each topic travels ([`Mode`],
-//! [`JetStreamOptions`]).
+//! How to connect ([`LinkBuilder`], [`Auth`], [`Tls`]), how each topic travels ([`Mode`],
+//! [`JetStreamOptions`]) and how instances that import the same topic share it ([`Sharing`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -78,6 +78,62 @@ pub enum Mode {
     JetStream,
 }
 
+/// How the instances (processes, or links) that import one topic divide its messages, chosen
+/// per topic when it is imported.
+///
+/// - **fan-out**: every instance sees every message. This is what [`Link::import`] does on
+///   [`Mode::Core`] (a plain subscription). On [`Mode::JetStream`] a durable consumer is the
+///   unit of fan-out: [`Link::import`] uses the consumer `<durable>_<topic>`
+///   ([`JetStreamOptions::durable`]), so instances see every message when each has a durable
+///   name of its own, and share them when they keep the same one (the default `ringbus` is
+///   the same everywhere).
+/// - **shared**: each message goes to one instance of the group (competing consumers). Core:
+///   the instances join the NATS queue group `group`, and the server hands each message to
+///   one member (at most once: a message in flight to an instance that dies is lost). JetStream:
+///   the instances pull from the one durable consumer `<group>_<topic>` (the group replaces
+///   [`JetStreamOptions::durable`] for that topic); each message is delivered to one of them
+///   and acked by it, and a message an instance took and did not ack (it died, or was too
+///   slow) goes to another after [`JetStreamOptions::ack_wait`] (at least once). Instances
+///   in different groups each receive every message, once per group.
+///
+/// [`Link::import_shared`] imports a topic shared; [`Link::import_as`] takes a `Sharing`, for
+/// a choice made in configuration.
+///
+/// [`Link::import`]: crate::Link::import
+/// [`Link::import_shared`]: crate::Link::import_shared
+/// [`Link::import_as`]: crate::Link::import_as
+///
+/// ```
+/// use ringbus_nats::Sharing;
+/// assert_eq!(Sharing::default(), Sharing::FanOut);
+/// assert_eq!(Sharing::shared("billing"), Sharing::Shared("billing".to_string()));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// Every instance sees every message (on JetStream: per durable name, see above).
+    #[default]
+    FanOut,
+    /// Each message goes to one instance of the named group. The name must be usable in a
+    /// NATS subject (no whitespace, no wildcards); on JetStream it names the durable
+    /// consumer (characters other than letters, digits and `-` become `_`).
+    Shared(String),
+}
+
+impl Sharing {
+    /// Each message to one instance of `group`.
+    pub fn shared(group: impl Into<String>) -> Self {
+        Sharing::Shared(group.into())
+    }
+
+    /// The group's name, if shared.
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            Sharing::FanOut => None,
+            Sharing::Shared(group) => Some(group),
+        }
+    }
+}
+
 /// JetStream settings of a link (used by every topic linked in [`Mode::JetStream`]).
 #[derive(Clone, Debug)]
 pub struct JetStreamOptions {
@@ -87,9 +143,11 @@ pub struct JetStreamOptions {
     pub stream: Option<String>,
     /// The durable consumer name prefix (one consumer per imported topic):
     /// `<durable>_<topic>`. Default: `ringbus`. Two processes with the same durable name
-    /// share the work of one consumer (each message goes to one of them); processes that
-    /// link a topic both ways must each use their own durable name, or a process would
-    /// skip (and settle) its own messages in place of the other's.
+    /// share the work of one consumer (each message goes to one of them); with names of
+    /// their own, each sees every message (see [`Sharing`]; a topic imported with
+    /// [`Sharing::Shared`] uses the group's name instead). Processes that link a topic both
+    /// ways must each use their own durable name, or a process would skip (and settle) its
+    /// own messages in place of the other's.
     pub durable: String,
     /// Deliveries of one message before it is dead-lettered. Default: 5.
     pub max_deliver: u32,
@@ -110,6 +168,11 @@ pub struct JetStreamOptions {
     pub duplicate_window: Duration,
     /// Store the stream in memory instead of files. Default: false.
     pub memory_storage: bool,
+    /// Copies of the stream kept by a JetStream cluster (1 to 5; the server refuses more
+    /// than the cluster has nodes), used when the link creates the stream: with 3, the
+    /// stream and its consumers survive the loss of one node. An existing stream keeps its
+    /// own setting. Default: 1.
+    pub replicas: usize,
 }
 
 impl Default for JetStreamOptions {
@@ -126,6 +189,7 @@ impl Default for JetStreamOptions {
             publish_retry_for: Duration::from_secs(60),
             duplicate_window: Duration::from_secs(120),
             memory_storage: false,
+            replicas: 1,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! temporary directory (JetStream store, logs, config file), waits until it serves clients, and
 //! kills it and removes the directory when dropped. [`NatsServer::restart`], [`NatsServer::kill`]
 //! and [`NatsServer::start_again`] stop and restart it on the same port with the same store, for
-//! tests of reconnection and of JetStream durability.
+//! tests of reconnection and of JetStream durability. [`NatsCluster::start`] starts several
+//! such servers as one cluster (routes on free ports, a JetStream store per node), for tests
+//! that lose a node.
 //!
 //! The server binds `127.0.0.1` only: it is never reachable from another host. The monitoring
 //! (HTTP) port is not enabled, and the server's log goes to a file in its temporary directory,
@@ -37,6 +39,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod cluster;
+
+pub use cluster::NatsCluster;
 
 /// JetStream's memory-store limit, in bytes (64 MiB): small enough for CI machines.
 pub const JETSTREAM_MAX_MEMORY: u64 = 64 * 1024 * 1024;
@@ -77,6 +83,8 @@ pub struct ServerOptions {
     jetstream: bool,
     credentials: Option<(String, String)>,
     max_payload: Option<u32>,
+    /// Set by [`NatsCluster`] for each of its nodes.
+    cluster: Option<cluster::NodeConfig>,
 }
 
 impl ServerOptions {
@@ -87,6 +95,7 @@ impl ServerOptions {
             jetstream: true,
             credentials: None,
             max_payload: None,
+            cluster: None,
         }
     }
 
@@ -141,6 +150,9 @@ impl ServerOptions {
                 "jetstream {{\n  max_memory_store: {JETSTREAM_MAX_MEMORY}\n  max_file_store: {JETSTREAM_MAX_FILE}\n}}\n"
             ));
         }
+        if let Some(node) = &self.cluster {
+            config.push_str(&node.config());
+        }
         config
     }
 }
@@ -158,6 +170,7 @@ impl fmt::Debug for ServerOptions {
             .field("user", &self.credentials.as_ref().map(|(user, _)| user))
             .field("password", &self.credentials.as_ref().map(|_| Redacted))
             .field("max_payload", &self.max_payload)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -220,32 +233,24 @@ impl NatsServer {
     ///   spawned, or the server exits or is not ready within 10 s (the message quotes the tail of
     ///   the server's log).
     pub fn start_with(options: ServerOptions) -> Option<Self> {
-        let binary = match find_binary() {
-            Ok(Some(binary)) => binary,
-            Ok(None) => {
-                if require_nats() {
-                    panic!(
-                        "REQUIRE_NATS=1 but no nats-server binary found; install it \
-                         (apt-get install nats-server) or set NATS_SERVER_BIN"
-                    );
-                }
-                // Written to the real stderr, not through `eprintln!`, which the test harness
-                // captures: a skipped test should be visible.
-                let _ = writeln!(
-                    io::stderr(),
-                    "SKIPPED: no nats-server binary found (set REQUIRE_NATS=1 to make this an error)"
-                );
-                return None;
-            }
-            Err(message) => panic!("{message}"),
-        };
+        let binary = binary_or_skip()?;
+        Some(Self::start_at(binary, options, None))
+    }
+
+    /// Starts a server with `binary` and `options` on `port` (a fresh free port if `None`) and
+    /// waits until it accepts clients.
+    ///
+    /// # Panics
+    ///
+    /// As [`NatsServer::start_with`].
+    fn start_at(binary: PathBuf, options: ServerOptions, port: Option<u16>) -> Self {
         let dir = make_temp_dir();
         // Built before anything else can fail, so that a panic below kills the child and removes
         // the directory as it unwinds.
         let mut server = Self {
             binary,
             options,
-            port: 0,
+            port: port.unwrap_or(0),
             dir,
             child: None,
             generation: 0,
@@ -257,8 +262,8 @@ impl NatsServer {
                 config.display()
             );
         }
-        server.launch(true);
-        Some(server)
+        server.launch(port.is_none());
+        server
     }
 
     /// The client URL, `nats://127.0.0.1:<port>` (credentials are not included; see
@@ -495,6 +500,34 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The binary, or `None` (after printing a `SKIPPED:` line) when there is none and
+/// `REQUIRE_NATS` is not set.
+///
+/// # Panics
+///
+/// When no binary is found and `REQUIRE_NATS=1`, or `NATS_SERVER_BIN` is not an executable file.
+fn binary_or_skip() -> Option<PathBuf> {
+    match find_binary() {
+        Ok(Some(binary)) => Some(binary),
+        Ok(None) => {
+            if require_nats() {
+                panic!(
+                    "REQUIRE_NATS=1 but no nats-server binary found; install it \
+                     (apt-get install nats-server) or set NATS_SERVER_BIN"
+                );
+            }
+            // Written to the real stderr, not through `eprintln!`, which the test harness
+            // captures: a skipped test should be visible.
+            let _ = writeln!(
+                io::stderr(),
+                "SKIPPED: no nats-server binary found (set REQUIRE_NATS=1 to make this an error)"
+            );
+            None
+        }
+        Err(message) => panic!("{message}"),
     }
 }
 

@@ -1,0 +1,67 @@
+//! Compile-time checks that the public types of `ringbus-nats` are `Send`, `Sync` and `Unpin`,
+//! and that the futures of the link's async methods are `Send` (so a service can spawn them),
+//! in the manner of tokio's `tests/async_send_sync.rs`. If this file builds, they hold.
+
+#![allow(dead_code, clippy::extra_unused_type_parameters)]
+
+use std::future::Future;
+
+use ringbus_nats::testing::{NatsCluster, NatsServer, ServerOptions};
+use ringbus_nats::{
+    Auth, ConnectionState, Envelope, JetStreamOptions, Json, Link, LinkBuilder, LinkCloseReport,
+    LinkError, LinkStats, Mode, Sharing, Tls,
+};
+
+fn assert_send<T: Send>() {}
+fn assert_sync<T: Sync>() {}
+fn assert_unpin<T: Unpin>() {}
+fn assert_send_future<F: Future + Send>(_: F) {}
+
+macro_rules! send_sync_unpin {
+    ($($ty:ty),* $(,)?) => {
+        $(
+            assert_send::<$ty>();
+            assert_sync::<$ty>();
+            assert_unpin::<$ty>();
+        )*
+    };
+}
+
+#[test]
+fn public_types_are_send_sync_and_unpin() {
+    send_sync_unpin!(
+        Link,
+        LinkBuilder,
+        LinkError,
+        LinkStats,
+        LinkCloseReport,
+        ConnectionState,
+        Mode,
+        Sharing,
+        JetStreamOptions,
+        Auth,
+        Tls,
+        Json,
+        Envelope<u64>,
+        NatsServer,
+        NatsCluster,
+        ServerOptions,
+    );
+}
+
+/// Never called: the futures only need to type-check as `Send`.
+async fn link_futures(link: Link, bus: ringbus::Bus) {
+    assert_send_future(Link::builder("nats://127.0.0.1:4222").connect(&bus));
+    assert_send_future(link.import::<u64>("t", Mode::Core));
+    assert_send_future(link.import_shared::<u64>("t", Mode::JetStream, "g"));
+    assert_send_future(link.import_as::<u64, _>("t", Mode::Core, Sharing::FanOut, Json));
+    assert_send_future(link.export::<u64>("t", Mode::JetStream));
+    assert_send_future(link.link_both::<Envelope<u64>>("t", Mode::Core));
+    assert_send_future(link.close(std::time::Duration::from_secs(1)));
+}
+
+#[test]
+fn link_futures_are_send() {
+    // That `link_futures` compiles is the check; naming it keeps it from being dead code.
+    let _ = link_futures;
+}
