@@ -147,13 +147,17 @@ async fn wait_until(origin: Instant, at: u64) {
 
 async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize) -> Run {
     let bus = ringbus::Bus::builder().capacity(1024).build();
-    let origin = Instant::now();
     // A handler is `Fn(&T)`: it stores its handling times in a preallocated array (plain
-    // stores, no lock), turned into histograms after the run.
+    // stores, no lock), turned into histograms after the run. The arrays (1.6 MB each at
+    // 200,000 messages) are the harness's, not the bus's: they are allocated and touched
+    // before the schedule starts, or their page faults would count as publisher lateness.
+    let recorders: Vec<Arc<[AtomicU64]>> = (0..subscribers)
+        .map(|_| (0..messages).map(|_| AtomicU64::new(0)).collect())
+        .collect();
+    let origin = Instant::now();
     let mut handled_at = Vec::new();
     let mut subs = Vec::new();
-    for _ in 0..subscribers {
-        let times: Arc<[AtomicU64]> = (0..messages).map(|_| AtomicU64::new(0)).collect();
+    for times in recorders {
         let handler_times = times.clone();
         let sub = bus
             .subscribe("latency", move |stamp: &Stamp| {
@@ -499,6 +503,17 @@ fn lifo_experiment(no_lifo: bool) {
     }
 }
 
+/// One run of `system` (a name from `SYSTEMS`).
+async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usize) -> Run {
+    match system {
+        "ringbus" => run_ringbus(shape, messages, subscribers).await,
+        "tokio-broadcast" => run_peer::<TokioBroadcast>(shape, messages, subscribers).await,
+        "async-broadcast" => run_peer::<AsyncBroadcast>(shape, messages, subscribers).await,
+        "kanal-fanout" => run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await,
+        _ => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let no_lifo = cfg!(tokio_unstable) && std::env::var_os("LATENCY_NO_LIFO").is_some();
@@ -531,6 +546,13 @@ fn main() {
         eprintln!("latency: tokio's LIFO slot disabled (experiment: nothing is written)");
     }
     let runtime = builder.build().expect("runtime");
+    // One short, discarded round of every system first: one-time costs of a process (the
+    // runtime's threads starting, ringbus's `membarrier` registration, the allocator's first
+    // arenas) belong to no row.
+    for system in SYSTEMS {
+        let warm_up = Shape::Fixed { rate };
+        let _ = runtime.block_on(run_system(system, warm_up, messages / 20, 2));
+    }
     let mut runs = Vec::new();
     for shape in shapes {
         for subscribers in [1, 4, 8] {
@@ -540,21 +562,7 @@ fn main() {
                     "latency: {} / {subscribers} subscribers / {system}",
                     shape.name()
                 );
-                let run = runtime.block_on(async {
-                    match system {
-                        "ringbus" => run_ringbus(shape, messages, subscribers).await,
-                        "tokio-broadcast" => {
-                            run_peer::<TokioBroadcast>(shape, messages, subscribers).await
-                        }
-                        "async-broadcast" => {
-                            run_peer::<AsyncBroadcast>(shape, messages, subscribers).await
-                        }
-                        "kanal-fanout" => {
-                            run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await
-                        }
-                        _ => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
-                    }
-                });
+                let run = runtime.block_on(run_system(system, shape, messages, subscribers));
                 runs.push(run);
             }
         }
