@@ -428,6 +428,111 @@ fn finish(
     }
 }
 
+/// Rounds of each system per row (one in a `quick` run).
+const ROUNDS: usize = 5;
+
+/// A percentile over the rounds of one row: the median round's value and the spread.
+#[derive(Clone, Copy)]
+struct Spread {
+    median: u64,
+    min: u64,
+    max: u64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<u64>) -> Self {
+        values.sort_unstable();
+        Self {
+            median: values[values.len() / 2],
+            min: values[0],
+            max: values[values.len() - 1],
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} [{:.1}–{:.1}]",
+            us(self.median),
+            us(self.min),
+            us(self.max)
+        )
+    }
+}
+
+/// One row of the table: a system's rounds in one configuration.
+struct Summary {
+    system: &'static str,
+    shape: String,
+    subscribers: usize,
+    p50: Spread,
+    p99: Spread,
+    p999: Spread,
+    max: u64,
+    stall_p99: Spread,
+    stall_max: u64,
+    lag_p99: Spread,
+    lost: u64,
+}
+
+impl Summary {
+    fn of(runs: &[Run]) -> Self {
+        let spread = |f: &dyn Fn(&Run) -> u64| Spread::of(runs.iter().map(f).collect());
+        Self {
+            system: runs[0].system,
+            shape: runs[0].shape.clone(),
+            subscribers: runs[0].subscribers,
+            p50: spread(&|r| r.e2e.value_at_quantile(0.5)),
+            p99: spread(&|r| r.e2e.value_at_quantile(0.99)),
+            p999: spread(&|r| r.e2e.value_at_quantile(0.999)),
+            max: runs.iter().map(|r| r.e2e.max()).max().unwrap_or(0),
+            stall_p99: spread(&|r| r.stall.value_at_quantile(0.99)),
+            stall_max: runs.iter().map(|r| r.stall.max()).max().unwrap_or(0),
+            lag_p99: spread(&|r| r.lag.value_at_quantile(0.99)),
+            lost: runs.iter().map(|r| r.lost).sum(),
+        }
+    }
+}
+
+/// Issue 11's goal, checked on the medians: in which rows ringbus's e2e p99 and p99.9 are no
+/// worse than every peer's.
+fn verdict(rows: &[Summary]) -> String {
+    let mut met = Vec::new();
+    let mut missed = Vec::new();
+    for group in rows.chunks(SYSTEMS.len()) {
+        let Some(ours) = group.iter().find(|r| r.system == "ringbus") else {
+            continue;
+        };
+        let peers = group.iter().filter(|r| r.system != "ringbus");
+        let best_p99 = peers.clone().map(|r| r.p99.median).min().unwrap_or(u64::MAX);
+        let best_p999 = peers.map(|r| r.p999.median).min().unwrap_or(u64::MAX);
+        let row = format!("{} / {}", ours.shape, ours.subscribers);
+        if ours.p99.median <= best_p99 && ours.p999.median <= best_p999 {
+            met.push(row);
+        } else {
+            missed.push(format!(
+                "{row} (p99 {:.1} vs best {:.1}, p99.9 {:.1} vs best {:.1})",
+                us(ours.p99.median),
+                us(best_p99),
+                us(ours.p999.median),
+                us(best_p999)
+            ));
+        }
+    }
+    format!(
+        "ringbus's e2e p99 and p99.9 (medians) no worse than the best peer's: {} of {} rows.{}",
+        met.len(),
+        met.len() + missed.len(),
+        if missed.is_empty() {
+            String::new()
+        } else {
+            format!(" Not in: {}.", missed.join("; "))
+        }
+    )
+}
+
 /// Every system, in the order each configuration runs them.
 const SYSTEMS: [&str; 5] = [
     "ringbus",
@@ -521,10 +626,11 @@ fn main() {
         lifo_experiment(no_lifo);
         return;
     }
+    let rounds = if quick { 1 } else { ROUNDS };
     let (messages, rate) = if quick {
         (20_000, 100_000)
     } else {
-        (200_000, 200_000)
+        (100_000, 200_000)
     };
     let shapes = [
         Shape::Fixed { rate },
@@ -553,18 +659,27 @@ fn main() {
         let warm_up = Shape::Fixed { rate };
         let _ = runtime.block_on(run_system(system, warm_up, messages / 20, 2));
     }
-    let mut runs = Vec::new();
+    let mut rows = Vec::new();
     for shape in shapes {
         for subscribers in [1, 4, 8] {
-            // Systems interleaved within each configuration.
-            for system in SYSTEMS {
-                eprintln!(
-                    "latency: {} / {subscribers} subscribers / {system}",
-                    shape.name()
-                );
-                let run = runtime.block_on(run_system(system, shape, messages, subscribers));
-                runs.push(run);
+            // Rounds interleaved (A B C D E, B C D E A, ...): each system runs `rounds` times,
+            // and no system is always first or always last after another one.
+            let mut runs: Vec<Vec<Run>> = SYSTEMS.iter().map(|_| Vec::new()).collect();
+            for round in 0..rounds {
+                for k in 0..SYSTEMS.len() {
+                    let i = (round + k) % SYSTEMS.len();
+                    eprintln!(
+                        "latency: {} / {subscribers} subscribers / {} (round {}/{rounds})",
+                        shape.name(),
+                        SYSTEMS[i],
+                        round + 1
+                    );
+                    let run =
+                        runtime.block_on(run_system(SYSTEMS[i], shape, messages, subscribers));
+                    runs[i].push(run);
+                }
             }
+            rows.extend(runs.iter().map(|r| Summary::of(r)));
         }
     }
 
@@ -575,38 +690,44 @@ fn main() {
     );
     let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|");
     let mut json = Vec::new();
-    for r in &runs {
+    for r in &rows {
         let _ = writeln!(
             table,
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             r.shape,
             r.subscribers,
             r.system,
-            us(r.e2e.value_at_quantile(0.5)),
-            us(r.e2e.value_at_quantile(0.99)),
-            us(r.e2e.value_at_quantile(0.999)),
-            us(r.e2e.max()),
-            us(r.stall.value_at_quantile(0.99)),
-            us(r.stall.max()),
-            us(r.lag.value_at_quantile(0.99)),
+            us(r.p50.median),
+            r.p99,
+            r.p999,
+            us(r.max),
+            us(r.stall_p99.median),
+            us(r.stall_max),
+            us(r.lag_p99.median),
             r.lost,
         );
         json.push(format!(
-            "    {{\"scenario\": \"latency/{}/{}\", \"system\": \"{}\", \"e2e_p50_ns\": {}, \"e2e_p99_ns\": {}, \"e2e_p999_ns\": {}, \"e2e_max_ns\": {}, \"stall_p99_ns\": {}, \"stall_max_ns\": {}, \"lag_p99_ns\": {}, \"lost\": {}}}",
+            "    {{\"scenario\": \"latency/{}/{}\", \"system\": \"{}\", \"rounds\": {rounds}, \"e2e_p50_ns\": {}, \"e2e_p99_ns\": {}, \"e2e_p99_min_ns\": {}, \"e2e_p99_max_ns\": {}, \"e2e_p999_ns\": {}, \"e2e_p999_min_ns\": {}, \"e2e_p999_max_ns\": {}, \"e2e_max_ns\": {}, \"stall_p99_ns\": {}, \"stall_max_ns\": {}, \"lag_p99_ns\": {}, \"lost\": {}}}",
             r.shape.replace(' ', "_"),
             r.subscribers,
             r.system,
-            r.e2e.value_at_quantile(0.5),
-            r.e2e.value_at_quantile(0.99),
-            r.e2e.value_at_quantile(0.999),
-            r.e2e.max(),
-            r.stall.value_at_quantile(0.99),
-            r.stall.max(),
-            r.lag.value_at_quantile(0.99),
+            r.p50.median,
+            r.p99.median,
+            r.p99.min,
+            r.p99.max,
+            r.p999.median,
+            r.p999.min,
+            r.p999.max,
+            r.max,
+            r.stall_p99.median,
+            r.stall_max,
+            r.lag_p99.median,
             r.lost
         ));
     }
+    let verdict = verdict(&rows);
     println!("{table}");
+    println!("{verdict}");
 
     // `cargo bench` passes `--bench`; `cargo test --benches` (a smoke run of a debug build)
     // does not: only a benchmark run writes the published figures.
@@ -642,12 +763,15 @@ fn main() {
     let md = format!(
         "# Latency\n\nMeasured by `just latency` (`benches/latency.rs`) on {date}: {cpu}, {cores} cores, \
          release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; \
-         {messages} messages per run; queues of 1024.\n\n\
+         {messages} messages per round; queues of 1024.\n\n\
          Times in microseconds. *e2e*: handling time minus the **intended** send time (from the \
          schedule, so a stalled publisher cannot hide queueing: coordinated omission is \
          accounted for). *stall*: publish completion minus intended send time. *lag*: handling \
          time minus the time the publish started. *lost*: messages a lossy peer dropped \
-         (its latency covers only what arrived).\n\n{table}\n\
+         (its latency covers only what arrived). Each system runs {rounds} interleaved rounds \
+         per row; every figure is the median over the rounds, the e2e p99 and p99.9 with \
+         [min–max] over the rounds, *e2e max* and *stall max* the worst of any round, *lost* \
+         the sum.\n\n{table}\n{verdict}\n\n\
          On a shared 2-core machine the tails (p99.9, max) are dominated by scheduling of the \
          publisher, the subscribers and everything else on the box; compare systems within one \
          row group, not across runs.\n{notes}"
