@@ -3,7 +3,9 @@
 //! # Structure
 //!
 //! A [`Group`] is one stage of readers. Its members live in [`Slot`]s, kept in a singly linked
-//! list of fixed-size [`Chunk`]s that only grows (chunks are freed with the ring). A slot is free
+//! list of [`Chunk`]s that only grows (chunks are freed with the ring). Chunks double in size
+//! from [`FIRST_CHUNK`] slots to [`MAX_CHUNK`]: a ring nobody reads holds a few slots, not a
+//! few kilobytes of them. A slot is free
 //! when its `cursor` holds [`FREE`]; a reader joins by swapping `FREE` for a position with a
 //! compare-and-swap and leaves by storing `FREE` back, so joins and leaves take no lock and never
 //! make the writer wait. When every slot of every chunk is taken, the joiner appends a new chunk
@@ -60,9 +62,15 @@ pub(crate) const NOT_PARKED: usize = 0;
 /// Source id of the writer: readers of a stage with no non-empty upstream park on it.
 pub(crate) const WRITER_SOURCE: usize = 1;
 
-/// Slots per chunk (one bit each in the chunk's `parked` word). Under loom, 2: models then
-/// grow a group past its first chunk with three readers instead of thirty-three.
-pub(crate) const CHUNK: usize = if cfg!(ringbus_loom) { 2 } else { 32 };
+/// Slots in a group's first chunk. Every slot is cache-padded (128 bytes on x86-64), so this
+/// is most of what an unread ring costs beyond its items: a bus with a million topics holds a
+/// million first chunks (measured in `docs/scale.md`). Under loom, 2: models then grow a group
+/// past its first chunk with three readers.
+const FIRST_CHUNK: usize = if cfg!(ringbus_loom) { 2 } else { 4 };
+
+/// The most slots in one chunk (one bit each in the chunk's `parked` word, a `u32`). Each new
+/// chunk doubles the last one's size up to this. Under loom, 2 (every chunk the same size).
+const MAX_CHUNK: usize = if cfg!(ringbus_loom) { 2 } else { 32 };
 
 /// One registration in `Waiters::registered`.
 pub(crate) const REGISTRATION: usize = 2;
@@ -106,7 +114,8 @@ impl Slot {
 }
 
 pub(crate) struct Chunk {
-    slots: [CachePadded<Slot>; CHUNK],
+    /// Between [`FIRST_CHUNK`] and [`MAX_CHUNK`] slots; fixed once the chunk is made.
+    slots: Box<[CachePadded<Slot>]>,
     /// Bit `i` set: the reader of `slots[i]` may be parked (see the module docs).
     pub(crate) parked: CachePadded<AtomicU32>,
     /// The next chunk, or null. Set once, by CAS, by the joiner that grew the group.
@@ -114,12 +123,19 @@ pub(crate) struct Chunk {
 }
 
 impl Chunk {
-    fn new() -> Box<Self> {
+    /// A chunk of `len` free slots (`len <= MAX_CHUNK`, so each has a bit in `parked`).
+    fn new(len: usize) -> Box<Self> {
+        debug_assert!(len <= MAX_CHUNK && MAX_CHUNK <= u32::BITS as usize);
         Box::new(Self {
-            slots: std::array::from_fn(|_| CachePadded::new(Slot::new())),
+            slots: (0..len).map(|_| CachePadded::new(Slot::new())).collect(),
             parked: CachePadded::new(AtomicU32::new(0)),
             next: AtomicPtr::new(ptr::null_mut()),
         })
+    }
+
+    /// The size of the chunk that follows this one.
+    fn next_len(&self) -> usize {
+        (self.slots.len() * 2).min(MAX_CHUNK)
     }
 }
 
@@ -159,7 +175,7 @@ impl Group {
             epoch: CachePadded::new(AtomicU64::new(0)),
             watchers: CachePadded::new(Waiters::default()),
             members: AtomicUsize::new(0),
-            head: Chunk::new(),
+            head: Chunk::new(FIRST_CHUNK),
             next: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -183,7 +199,7 @@ impl Group {
             }
             // SAFETY: chunks are only freed when the group is dropped, which needs `&mut`.
             let c = unsafe { &*chunk };
-            if i < CHUNK {
+            if i < c.slots.len() {
                 i += 1;
                 left -= 1;
                 return Some(&*c.slots[i - 1]);
@@ -240,8 +256,9 @@ impl Group {
     /// Every slot whose `parked` bit is set (a snapshot of the bits; Relaxed loads: the caller
     /// fences first).
     pub(crate) fn parked_slots(&self) -> impl Iterator<Item = &Slot> + '_ {
-        // Acquire: as in `slots`.
-        let mut chunks_left = self.high.load(Ordering::Acquire).div_ceil(CHUNK);
+        // Acquire: as in `slots`. Slots at or past `high` were never claimed: the chunks
+        // holding only those are not looked at.
+        let mut left = self.high.load(Ordering::Acquire);
         let mut chunk: *const Chunk = &*self.head;
         let mut bits = 0u32;
         let mut current: *const Chunk = ptr::null();
@@ -252,14 +269,14 @@ impl Group {
                 // SAFETY: `current` is a linked chunk, alive as long as the group.
                 return Some(&*unsafe { &*current }.slots[i]);
             }
-            if chunk.is_null() || chunks_left == 0 {
+            if chunk.is_null() || left == 0 {
                 return None;
             }
             // SAFETY: chunks are only freed when the group is dropped, which needs `&mut`.
             let c = unsafe { &*chunk };
             bits = c.parked.load(Ordering::Relaxed);
             current = chunk;
-            chunks_left -= 1;
+            left = left.saturating_sub(c.slots.len());
             // Acquire: as in `slots`.
             chunk = c.next.load(Ordering::Acquire);
         })
@@ -287,14 +304,14 @@ impl Group {
                     };
                 }
             }
-            base += CHUNK;
+            base += chunk.slots.len();
             let next = chunk.next.load(Ordering::Acquire);
             if !next.is_null() {
                 // SAFETY: linked chunks live as long as the group.
                 chunk = unsafe { &*next };
                 continue;
             }
-            let fresh = Box::into_raw(Chunk::new());
+            let fresh = Box::into_raw(Chunk::new(chunk.next_len()));
             match chunk.next.compare_exchange(
                 ptr::null_mut(),
                 fresh,
@@ -347,3 +364,65 @@ impl std::fmt::Debug for Group {
 unsafe impl Send for Group {}
 // SAFETY: as above.
 unsafe impl Sync for Group {}
+
+#[cfg(all(test, not(ringbus_loom)))]
+mod tests {
+    use super::*;
+
+    /// Claims `n` slots of `group` at positions `0..n`.
+    fn claim_all(group: &Group, n: u64) -> Vec<Claimed<'_>> {
+        (0..n).map(|p| group.claim(p)).collect()
+    }
+
+    #[test]
+    fn chunks_double_from_the_first_size_to_the_largest() {
+        // SAFETY: no upstream.
+        let group = unsafe { Group::new(WRITER_SOURCE, ptr::null()) };
+        let claims = claim_all(&group, 70);
+        let mut sizes = Vec::new();
+        let mut chunk: *const Chunk = &*group.head;
+        while !chunk.is_null() {
+            // SAFETY: linked chunks live as long as the group.
+            let c = unsafe { &*chunk };
+            sizes.push(c.slots.len());
+            chunk = c.next.load(Ordering::Acquire);
+        }
+        assert_eq!(sizes, [4, 8, 16, 32, 32]);
+        // Every claim is its own slot, each claimed slot is scanned once, in claim order.
+        let scanned: Vec<*const Slot> = group.slots().map(|s| s as *const Slot).collect();
+        let claimed: Vec<*const Slot> = claims.iter().map(|c| c.slot as *const Slot).collect();
+        assert_eq!(scanned, claimed);
+        assert_eq!(group.min_cursor(), Some(0));
+        assert_eq!(group.min_settled_cursor(), Some(0));
+    }
+
+    #[test]
+    fn parked_bits_find_their_slots_in_chunks_of_every_size() {
+        // SAFETY: no upstream.
+        let group = unsafe { Group::new(WRITER_SOURCE, ptr::null()) };
+        let claims = claim_all(&group, 70);
+        // One reader parked in each chunk (4, 8, 16, 32, 32 slots), at its chunk's edges.
+        let parked = [0usize, 3, 4, 11, 12, 27, 28, 59, 60, 69];
+        for &i in &parked {
+            claims[i].parked.fetch_or(claims[i].bit, Ordering::Relaxed);
+        }
+        let found: Vec<*const Slot> = group.parked_slots().map(|s| s as *const Slot).collect();
+        let expected: Vec<*const Slot> = parked
+            .iter()
+            .map(|&i| claims[i].slot as *const Slot)
+            .collect();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn a_freed_slot_is_claimed_again_before_the_group_grows() {
+        // SAFETY: no upstream.
+        let group = unsafe { Group::new(WRITER_SOURCE, ptr::null()) };
+        let claims = claim_all(&group, 12); // fills the 4- and 8-slot chunks
+        claims[9].slot.cursor.store(FREE, Ordering::Release);
+        let again = group.claim(100);
+        assert!(ptr::eq(again.slot, claims[9].slot));
+        assert_eq!(group.slots().count(), 12, "the group did not grow");
+        assert_eq!(group.min_cursor(), Some(0));
+    }
+}
