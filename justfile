@@ -45,6 +45,10 @@ criterion *args:
 latency:
     RUSTFLAGS= cargo bench -p ringbus-bench --bench latency
 
+# Memory per topic and per subscriber, and lookups among a million topics (docs/scale.md).
+scale:
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench scale
+
 # Instructions and allocations per message under callgrind, held against docs/benchmarks/cost.json.
 cost:
     RUSTFLAGS= cargo run --release -p ringbus-bench --bin ringbus-cost -- gate

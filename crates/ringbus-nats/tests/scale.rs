@@ -633,3 +633,143 @@ async fn jetstream_shared_sigkill_mid_stream_loses_nothing_acknowledged() {
         "{taken_over} of the victim's messages handled again: more than it could hold"
     );
 }
+
+/// The resident set of process `pid`, in KiB (0 if it cannot be read).
+fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Fifty worker processes against one nats-server on loopback, in three arrangements (core
+/// shared, core fan-out, JetStream shared): how long they take to start, how long 30,000 ids
+/// take to reach them, what each holds in memory, and what they lost or handled twice. A
+/// measurement for `docs/scale.md`, not a CI test (about two minutes on 2 cores):
+/// `cargo test --release -p ringbus-nats --test scale -- --ignored --nocapture fifty`.
+/// It still asserts what the three-process tests assert, so a run that lost what it must not
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: 50 processes, about two minutes"]
+async fn fifty_processes_on_loopback() {
+    const FIFTY: usize = 50;
+    let _turn = TURN.lock().await;
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let arrangements: [(&str, Vec<String>, Mode); 3] = [
+        (
+            "core shared",
+            args(&[
+                "--mode",
+                "core",
+                "--sharing",
+                GROUP,
+                "--import-buffer",
+                "65536",
+            ]),
+            Mode::Core,
+        ),
+        (
+            "core fan-out",
+            args(&["--mode", "core", "--import-buffer", "65536"]),
+            Mode::Core,
+        ),
+        (
+            "jetstream shared",
+            args(&[
+                "--mode",
+                "jetstream",
+                "--sharing",
+                GROUP,
+                "--durable",
+                "fifty",
+            ]),
+            Mode::JetStream,
+        ),
+    ];
+    for (label, worker_args, mode) in arrangements {
+        let started = Instant::now();
+        let mut workers = start_workers(&server, &vec![worker_args; FIFTY]).await;
+        let ready = started.elapsed();
+        let mut resident: Vec<u64> = workers.iter().map(|w| resident_kib(w.child.id())).collect();
+        resident.sort_unstable();
+        let publishing = Instant::now();
+        publish(server.url(), mode).await;
+        let published = publishing.elapsed();
+        let fan_out = label.ends_with("fan-out");
+        let waited = if fan_out {
+            wait_until(&mut workers, "every worker handled every id", WAIT, |w| {
+                w.iter().all(|w| w.count() >= COUNT)
+            })
+            .await
+        } else if mode == Mode::JetStream {
+            wait_until(&mut workers, "every id handled", WAIT, |w| {
+                total(w) >= COUNT && distinct(w) == COUNT
+            })
+            .await
+        } else {
+            // Core shared: what the group did not get within the settle time is lost.
+            let _ = wait_until(&mut workers, "every id handled", CORE_SETTLE, |w| {
+                distinct(w) == COUNT
+            })
+            .await;
+            Ok(Duration::ZERO)
+        };
+        if let Err(e) = waited {
+            panic!("{label}: {e}");
+        }
+        let reached = publishing.elapsed();
+        let mut done = Vec::new();
+        for w in workers {
+            done.push(w.stop().await);
+        }
+        let times = tally(&done);
+        let mut shares: Vec<usize> = done.iter().map(|d| d.handled.len()).collect();
+        shares.sort_unstable();
+        let duplicates = times
+            .values()
+            .filter(|&&n| n > if fan_out { FIFTY as u32 } else { 1 })
+            .count();
+        let server_kib = server.pid().map_or(0, resident_kib);
+        eprintln!(
+            "fifty, {label}: ready in {:.2} s; {COUNT} published in {:.2} s, every \
+             worker's target reached {:.2} s after the first publish; distinct {} of {COUNT}, \
+             ids handled more often than each worker once {duplicates}; shares min {} median {} max {}; worker resident \
+             set min {} median {} max {} KiB; nats-server {} KiB",
+            ready.as_secs_f64(),
+            published.as_secs_f64(),
+            reached.as_secs_f64(),
+            times.len(),
+            shares[0],
+            shares[FIFTY / 2],
+            shares[FIFTY - 1],
+            resident[0],
+            resident[FIFTY / 2],
+            resident[FIFTY - 1],
+            server_kib,
+        );
+        if fan_out {
+            for d in &done {
+                assert_eq!(d.handled.len() as u64, COUNT, "{label}: worker {}", d.name);
+            }
+        } else {
+            assert_eq!(duplicates, 0, "{label}: an id handled twice");
+            if mode == Mode::JetStream {
+                assert_eq!(times.len() as u64, COUNT, "{label}: an id never handled");
+            } else {
+                let slow: u64 = done.iter().map(|d| stat(d, "slow_consumer")).sum();
+                let lost = COUNT - times.len() as u64;
+                assert!(
+                    lost == 0 || slow > 0,
+                    "{label}: {lost} lost, no slow consumer"
+                );
+            }
+        }
+    }
+}
