@@ -316,3 +316,26 @@ async fn delivery_receipts_wait_for_a_stream() {
     let delivered = within("the receipt", wait).await;
     assert_eq!((delivered.handled, delivered.failed), (1, 0));
 }
+
+/// Compile-time: the new types and their futures can cross tasks.
+#[allow(dead_code)]
+fn send_sync_unpin() {
+    fn send<T: Send>(_: &T) {}
+    fn sync<T: Sync>(_: &T) {}
+    fn unpin<T: Unpin>(_: &T) {}
+    fn check(mut stream: ringbus::Stream<String>, recorder: ringbus::testing::Recorder<u64>) {
+        send(&stream);
+        sync(&stream);
+        unpin(&stream);
+        send(&recorder);
+        sync(&recorder);
+        send(&Bus::new().wait_idle());
+        send(&recorder.wait_for(1));
+        send(&stream.next());
+        send(&stream.next_ref());
+    }
+    fn check_ref(item: ringbus::StreamRef<'_, String>) {
+        send(&item);
+        sync(&item);
+    }
+}
