@@ -287,3 +287,39 @@ fn batches_and_a_queued_publisher_allocate_nothing() {
         bus.close().await;
     });
 }
+
+#[test]
+fn a_streams_deliveries_allocate_nothing() {
+    const N: u64 = 10_000;
+    /// Publishes a queue's worth, then takes it from the stream (`next` and `next_ref` in
+    /// turn), from the same task: the publish path and the stream's receive path.
+    async fn round(topic: &Topic<u64>, stream: &mut ringbus::Stream<u64>) {
+        for chunk in 0..N / 64 {
+            for i in 0..64 {
+                topic.publish(chunk * 64 + i).await.unwrap();
+            }
+            for i in 0..64 {
+                let expected = chunk * 64 + i;
+                if i % 2 == 0 {
+                    assert_eq!(stream.next().await, Some(expected));
+                } else {
+                    assert_eq!(stream.next_ref().await.as_deref(), Some(&expected));
+                }
+            }
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let topic = bus.topic::<u64>("ticks").unwrap();
+        let mut stream = topic.stream().unwrap();
+        round(&topic, &mut stream).await; // warm-up
+        let ((), window) = counted(round(&topic, &mut stream)).await;
+        println!("{N} publishes and stream deliveries: {window:?}");
+        assert_eq!(window.allocations, 0, "{window:?}");
+        bus.close().await;
+    });
+}

@@ -680,6 +680,11 @@ impl Bus {
         self.inner.states.get::<S>()
     }
 
+    /// The subscribers' progress notification (`wait_idle` waits on it, as `close` does).
+    pub(crate) fn progress(&self) -> &Progress {
+        &self.inner.state.progress
+    }
+
     /// How many wait on the subscribers' progress (close, delivery receipts).
     #[cfg(test)]
     pub(crate) fn progress_watchers(&self) -> usize {
@@ -819,7 +824,7 @@ impl Bus {
     /// made visible before that handler's subscriber counted the message handled (Release),
     /// which the pass read (Acquire, `SubShared::position`). Publishes from outside the
     /// handlers are over before the first call (`drain`, step 0).
-    fn quiescent(&self) -> bool {
+    pub(crate) fn quiescent(&self) -> bool {
         let topics = self.topics();
         let before: Vec<u64> = topics.iter().map(|t| t.published()).collect();
         let caught_up = topics.iter().zip(&before).all(|(topic, &published)| {
@@ -868,7 +873,7 @@ impl fmt::Debug for Bus {
 ///
 /// Made by [`Bus::topic`]; cheap to clone.
 pub struct Topic<T> {
-    inner: Arc<TopicInner<T>>,
+    pub(crate) inner: Arc<TopicInner<T>>,
 }
 
 impl<T> Clone for Topic<T> {

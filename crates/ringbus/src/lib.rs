@@ -42,7 +42,8 @@
 //! # The types
 //!
 //! - [`Bus`] (and [`BusBuilder`]): topics by name; `publish`, `publish_with`, `try_publish`,
-//!   `publish_batch`, `subscribe`, `subscribe_batch`, `register`, `close`, `stats`.
+//!   `publish_batch`, `subscribe`, `subscribe_batch`, `register`, `stream`, `close`,
+//!   `wait_idle`, `stats`.
 //! - [`Topic`]: a resolved, typed topic handle.
 //! - [`App`]: runs the bus as a service (handlers, hooks, Ctrl-C / SIGTERM, bounded drain).
 //! - [`subscriber`]: the attribute that turns an `async fn(&Msg)` into a handler;
@@ -52,6 +53,10 @@
 //!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
 //!   timeout.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
+//! - [`Stream`] (and [`StreamRef`]): a pull subscriber, `while let Some(msg) =
+//!   stream.next().await`, for code written against `tokio::sync::broadcast`.
+//! - [`testing`]: [`Recorder`](testing::Recorder) and [`Bus::wait_idle`], for a service's
+//!   tests.
 //! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]), [`Error`],
 //!   [`TypeMismatch`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
@@ -70,13 +75,16 @@ mod coop;
 mod delivery;
 mod error;
 mod handler;
+mod idle;
 mod lock;
 mod map;
 mod progress;
 mod state;
 mod stats;
+mod stream;
 mod subscriber;
 mod sync;
+pub mod testing;
 mod time;
 mod topic;
 
@@ -97,6 +105,7 @@ pub use ringbus_core as ring;
 pub use ringbus_macros::subscriber;
 pub use state::State;
 pub use stats::{BusStats, CloseReport, SubscriberStats, TopicStats, Unhandled};
+pub use stream::{Stream, StreamRef};
 pub use subscriber::Subscription;
 pub use tokio_util::sync::CancellationToken;
 

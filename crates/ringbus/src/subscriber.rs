@@ -122,6 +122,9 @@ pub(crate) struct SubShared {
     /// the module docs.
     polls: AtomicU8,
     stall_timeout: Option<Duration>,
+    /// A pull subscriber (a [`Stream`](crate::Stream)), not a task: `close` does not wait
+    /// for it (see `stream.rs`).
+    pub(crate) pull: bool,
 }
 
 impl SubShared {
@@ -151,7 +154,27 @@ impl SubShared {
             abort: OnceLock::new(),
             polls: AtomicU8::new(IDLE),
             stall_timeout,
+            pull: false,
         }
+    }
+
+    /// Marks a pull subscriber (a [`Stream`](crate::Stream)).
+    pub(crate) fn pulled(mut self) -> Self {
+        self.pull = true;
+        self
+    }
+
+    /// Counts `handled` messages handled in all (Release: pairs with `position`) and tells
+    /// whoever watches the subscribers' progress. For streams; the tasks store inline.
+    pub(crate) fn handled_to(&self, handled: u64) {
+        self.handled.store(handled, Ordering::Release);
+        self.bus.progressed();
+    }
+
+    /// Marks the subscriber ended (a stream dropped or finished) and tells the watchers.
+    pub(crate) fn end(&self) {
+        self.done.cancel();
+        self.bus.progressed();
     }
 
     /// True once the task can run no handler again: it has ended, or a bounded close stopped
@@ -275,12 +298,12 @@ impl Drop for DoneGuard<'_> {
 /// A hand-written future rather than an `async fn` over `poll_fn`: with the budget step in
 /// it, the compiler stopped inlining that closure into the subscriber's loop, which cost
 /// each delivery about 40 instructions in the cost gate.
-fn next<'a, T>(reader: &'a mut Reader<T>, sub: &'a SubShared) -> Next<'a, T> {
+pub(crate) fn next<'a, T>(reader: &'a mut Reader<T>, sub: &'a SubShared) -> Next<'a, T> {
     Next { reader, sub }
 }
 
-/// The future of [`next`].
-struct Next<'a, T> {
+/// The future of [`next`] (a [`Stream`](crate::Stream) polls it in place).
+pub(crate) struct Next<'a, T> {
     reader: &'a mut Reader<T>,
     sub: &'a SubShared,
 }

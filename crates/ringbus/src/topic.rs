@@ -18,6 +18,7 @@ use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
+use std::time::Duration;
 
 use ringbus_core::{Builder, Full, Stage, Writer};
 
@@ -54,6 +55,7 @@ pub(crate) struct TopicInner<T> {
 pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn message_type(&self) -> &'static str;
     fn published(&self) -> u64;
+    /// The subscriber tasks (not the streams: `close` does not wait for those).
     fn subscribers(&self) -> Vec<Arc<SubShared>>;
     fn stats(&self) -> TopicStats;
     /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
@@ -512,34 +514,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 });
             }
         }
-        if self.state.refuses() {
-            return Err(Error::Closed);
-        }
-        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
-            topic: self.name.clone(),
-            max: self.state.max_subscribers,
-        })?;
-        let id = crate::bus::next_subscriber_id();
-        let name: Arc<str> = match options.name {
-            Some(name) => name.into(),
-            None => format!("{}#{id}", self.name).into(),
-        };
-        let sub = Arc::new(SubShared::new(
-            self.state.clone(),
-            self.tracker.clone(),
-            id,
-            name,
-            self.name.clone(),
-            reader.position(),
-            stall_timeout,
-        ));
-        {
-            // Finished subscribers are kept for `stats()` only until the next subscribe, so
-            // churn does not grow the list without bound.
-            let mut subscribers = self.lock_subscribers();
-            subscribers.retain(|s| !s.done.is_cancelled());
-            subscribers.push(sub.clone());
-        }
+        let (reader, sub) = self.join(options.name, stall_timeout, false)?;
+        let id = sub.id;
         let handle = runtime.spawn(subscriber::Supervised {
             sub: sub.clone(),
             task: CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())),
@@ -551,6 +527,52 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             topic: self.clone(),
             task: handle,
         })
+    }
+
+    /// Joins a new subscriber (a task's or a stream's) to the ring and to the list `stats()`,
+    /// `close` and receipts read: refused once the bus refuses publishes. `named` is the name
+    /// asked for (else `<topic>#<id>`); `pull`: a stream's.
+    pub(crate) fn join(
+        &self,
+        named: Option<String>,
+        stall_timeout: Option<Duration>,
+        pull: bool,
+    ) -> Result<(ringbus_core::Reader<T>, Arc<SubShared>), Error> {
+        if self.state.refuses() {
+            return Err(Error::Closed);
+        }
+        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
+            topic: self.name.clone(),
+            max: self.state.max_subscribers,
+        })?;
+        let id = crate::bus::next_subscriber_id();
+        let name: Arc<str> = match named {
+            Some(name) => name.into(),
+            None => format!("{}#{id}", self.name).into(),
+        };
+        let sub = SubShared::new(
+            self.state.clone(),
+            self.tracker.clone(),
+            id,
+            name,
+            self.name.clone(),
+            reader.position(),
+            stall_timeout,
+        );
+        let sub = Arc::new(if pull { sub.pulled() } else { sub });
+        {
+            // Finished subscribers are kept for `stats()` only until the next subscribe, so
+            // churn does not grow the list without bound.
+            let mut subscribers = self.lock_subscribers();
+            subscribers.retain(|s| !s.done.is_cancelled());
+            subscribers.push(sub.clone());
+        }
+        Ok((reader, sub))
+    }
+
+    /// The subscribers that would see a message published now: tasks and streams.
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.stage.readers()
     }
 
     fn lock_subscribers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SubShared>>> {
@@ -618,19 +640,22 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     }
 
     fn subscribers(&self) -> Vec<Arc<SubShared>> {
-        self.lock_subscribers().clone()
+        // Streams are pulled at their reader's pace: `close` neither waits for them nor
+        // stops them (see `stream.rs`).
+        let subscribers = self.lock_subscribers();
+        subscribers.iter().filter(|s| !s.pull).cloned().collect()
     }
 
     fn stats(&self) -> TopicStats {
         let published = self.published();
+        let subscribers = self.lock_subscribers().clone();
         TopicStats {
             name: self.name.to_string(),
             message_type: self.message_type(),
             capacity: self.capacity,
             published,
             unrouted: self.unrouted.load(Ordering::Relaxed),
-            subscribers: self
-                .subscribers()
+            subscribers: subscribers
                 .iter()
                 .map(|s| s.stats(published))
                 .collect::<Vec<SubscriberStats>>(),
