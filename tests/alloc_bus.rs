@@ -211,6 +211,13 @@ fn bytes_per_subscribe_and_unsubscribe() {
              bytes kept per cycle",
             window.allocations / CYCLES
         );
+        // The task and the subscriber's shared state: nothing else (no name string unless
+        // one is asked for, no cancellation token).
+        assert!(
+            window.allocations <= 2 * CYCLES,
+            "{} allocations per subscribe+unsubscribe (at most 2)",
+            window.allocations as f64 / CYCLES as f64
+        );
         assert!(
             per_cycle < 16 * 1024,
             "{per_cycle} bytes per subscribe+unsubscribe"

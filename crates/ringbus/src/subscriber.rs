@@ -30,8 +30,8 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use futures_util::FutureExt;
 use ringbus_core::Reader;
+use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio_util::sync::CancellationToken;
 
 use crate::bus::BusState;
 use crate::coop;
@@ -94,7 +94,7 @@ pub(crate) struct SubShared {
     /// The topic's delivery receipts.
     tracker: Arc<Tracker>,
     pub(crate) id: u64,
-    pub(crate) name: Arc<str>,
+    pub(crate) name: SubName,
     pub(crate) topic: Arc<str>,
     /// The ring position this subscriber started at.
     pub(crate) start: u64,
@@ -114,8 +114,8 @@ pub(crate) struct SubShared {
     stop_at: AtomicU64,
     /// Wakes the task for `stop_at`.
     waker: AtomicWaker,
-    /// Cancelled when the task has ended (for whatever reason).
-    pub(crate) done: CancellationToken,
+    /// Set when the task has ended (for whatever reason).
+    pub(crate) done: Done,
     /// Set right after spawning.
     pub(crate) abort: OnceLock<AbortHandle>,
     /// `IDLE`, `POLLING` (the task is being polled) or `STOPPED` (by a bounded close): see
@@ -132,7 +132,7 @@ impl SubShared {
         bus: Arc<BusState>,
         tracker: Arc<Tracker>,
         id: u64,
-        name: Arc<str>,
+        name: Option<String>,
         topic: Arc<str>,
         start: u64,
         stall_timeout: Option<Duration>,
@@ -141,7 +141,7 @@ impl SubShared {
             bus,
             tracker,
             id,
-            name,
+            name: SubName::new(name, topic.clone(), id),
             topic,
             start,
             handled: AtomicU64::new(0),
@@ -150,7 +150,7 @@ impl SubShared {
             detached: AtomicBool::new(false),
             stop_at: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
-            done: CancellationToken::new(),
+            done: Done::default(),
             abort: OnceLock::new(),
             polls: AtomicU8::new(IDLE),
             stall_timeout,
@@ -267,6 +267,88 @@ impl fmt::Debug for SubShared {
             .field("name", &&*self.name)
             .field("topic", &&*self.topic)
             .finish_non_exhaustive()
+    }
+}
+
+/// A subscriber's name: the one it was given, or `<topic>#<id>`, made into a string only
+/// when something asks for it as one (`Subscription::name`, `stats()`). Logs format it in
+/// place, so a subscribe nobody names allocates no name.
+pub(crate) struct SubName {
+    text: OnceLock<Box<str>>,
+    topic: Arc<str>,
+    id: u64,
+}
+
+impl SubName {
+    fn new(given: Option<String>, topic: Arc<str>, id: u64) -> Self {
+        let text = OnceLock::new();
+        if let Some(given) = given {
+            let _ = text.set(given.into_boxed_str());
+        }
+        Self { text, topic, id }
+    }
+}
+
+impl std::ops::Deref for SubName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.text
+            .get_or_init(|| format!("{}#{}", self.topic, self.id).into_boxed_str())
+    }
+}
+
+impl fmt::Display for SubName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.text.get() {
+            Some(text) => f.write_str(text),
+            None => write!(f, "{}#{}", self.topic, self.id),
+        }
+    }
+}
+
+impl fmt::Debug for SubName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
+    }
+}
+
+/// Set once, when a subscriber can run no handler again; awaitable. What a
+/// `CancellationToken` gave here, without its allocation.
+#[derive(Debug, Default)]
+pub(crate) struct Done {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Done {
+    /// Sets it and wakes every waiter (once: later calls do nothing).
+    pub(crate) fn cancel(&self) {
+        // AcqRel: Release publishes what the task did before it ended to whoever sees the
+        // flag; the swap makes only the first call notify.
+        if !self.set.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Whether it is set (Acquire: pairs with `cancel`).
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Waits until it is set.
+    ///
+    /// Cancel safe (nothing is taken). A `Notified` receives `notify_waiters` from the moment
+    /// it is made (tokio's guarantee), and it is made before the flag is looked at: a
+    /// `cancel` after the look notifies it, one before it is seen by the look.
+    pub(crate) async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

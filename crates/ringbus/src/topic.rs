@@ -546,15 +546,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             max: self.state.max_subscribers,
         })?;
         let id = crate::bus::next_subscriber_id();
-        let name: Arc<str> = match named {
-            Some(name) => name.into(),
-            None => format!("{}#{id}", self.name).into(),
-        };
         let sub = SubShared::new(
             self.state.clone(),
             self.tracker.clone(),
             id,
-            name,
+            named,
             self.name.clone(),
             reader.position(),
             stall_timeout,
