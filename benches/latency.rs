@@ -506,7 +506,11 @@ fn verdict(rows: &[Summary]) -> String {
             continue;
         };
         let peers = group.iter().filter(|r| r.system != "ringbus");
-        let best_p99 = peers.clone().map(|r| r.p99.median).min().unwrap_or(u64::MAX);
+        let best_p99 = peers
+            .clone()
+            .map(|r| r.p99.median)
+            .min()
+            .unwrap_or(u64::MAX);
         let best_p999 = peers.map(|r| r.p999.median).min().unwrap_or(u64::MAX);
         let row = format!("{} / {}", ours.shape, ours.subscribers);
         if ours.p99.median <= best_p99 && ours.p999.median <= best_p999 {
