@@ -108,7 +108,9 @@ struct Inner {
 ///    publishers forever; no handler ever sees a slot being overwritten.
 /// 5. **Close drains.** See [`close`](Self::close).
 /// 6. **Failures stay local.** A handler's `Err` or panic is logged and counted; the
-///    subscriber goes on.
+///    subscriber goes on (after retrying the message first, if it has a
+///    [retry policy](SubscribeOptions::retry), and publishing it to its
+///    [dead-letter topic](SubscribeOptions::dead_letter), if it has one).
 /// 7. **Types are checked.** A topic carries one type; any other is an `Err` naming the topic
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`

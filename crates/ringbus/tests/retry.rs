@@ -402,3 +402,13 @@ async fn a_bounded_close_during_a_backoff_sleep_returns_at_its_deadline() {
     );
     assert!(letters.recorded().is_empty());
 }
+
+/// Compile-time: the new types can cross tasks, and options carrying a dead-letter topic
+/// stay `Send + Sync`.
+#[allow(dead_code)]
+fn send_sync_unpin() {
+    fn all<T: Send + Sync + Unpin>() {}
+    all::<RetryPolicy>();
+    all::<DeadLetter<Job>>();
+    all::<SubscribeOptions>();
+}
