@@ -95,6 +95,14 @@ struct Deliveries {
 }
 
 impl Deliveries {
+    fn new() -> Arc<Self> {
+        Arc::new(Deliveries {
+            handled: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            reached: Notify::new(),
+        })
+    }
+
     async fn wait_for(&self, target: u64) {
         self.target.store(target, SeqCst);
         while self.handled.load(SeqCst) < target {
@@ -123,11 +131,7 @@ fn steady_state_publish_and_delivery_allocate_nothing() {
         .unwrap();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
-        let deliveries = Arc::new(Deliveries {
-            handled: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            reached: Notify::new(),
-        });
+        let deliveries = Deliveries::new();
         let d = deliveries.clone();
         let sub = bus
             .subscribe("ticks", move |_: &u64| {
@@ -234,11 +238,7 @@ fn batches_and_a_queued_publisher_allocate_nothing() {
         .unwrap();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
-        let deliveries = Arc::new(Deliveries {
-            handled: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            reached: Notify::new(),
-        });
+        let deliveries = Deliveries::new();
         let d = deliveries.clone();
         let sub = bus
             .subscribe_batch(
@@ -344,11 +344,7 @@ fn retries_allocate_nothing() {
         .unwrap();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
-        let deliveries = Arc::new(Deliveries {
-            handled: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            reached: Notify::new(),
-        });
+        let deliveries = Deliveries::new();
         let d = deliveries.clone();
         let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let dead = bus.topic::<ringbus::DeadLetter<u64>>("ticks.dead").unwrap();
