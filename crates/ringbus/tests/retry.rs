@@ -412,3 +412,50 @@ fn send_sync_unpin() {
     all::<DeadLetter<Job>>();
     all::<SubscribeOptions>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn unsubscribe_waits_for_the_retries_and_receipts_count_only_the_last_failure() {
+    let bus = Bus::new();
+    let calls = Calls::default();
+    let sub = bus
+        .subscribe_with(
+            "jobs",
+            SubscribeOptions::new().retry(policy(3)),
+            flaky(calls.clone()),
+        )
+        .unwrap();
+    let jobs = bus.topic::<Job>("jobs").unwrap();
+    let ctx = Context::new();
+    let recovered = jobs
+        .publish_tracked(&ctx, Job { id: 1, fails: 2 })
+        .await
+        .unwrap();
+    let lost = jobs
+        .publish_tracked(&ctx, Job { id: 2, fails: 3 })
+        .await
+        .unwrap();
+    sub.unsubscribe().await;
+    assert_eq!(ids(&calls), [1, 1, 1, 2, 2, 2]);
+    let (recovered, lost) = (recovered.wait().await, lost.wait().await);
+    assert_eq!((recovered.handled, recovered.failed), (1, 0));
+    assert_eq!((lost.handled, lost.failed), (1, 1));
+    bus.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_timeout_covers_the_retries_and_their_sleeps() {
+    let bus = Bus::new();
+    let calls = Calls::default();
+    let options = SubscribeOptions::new()
+        .retry(RetryPolicy::new(3).backoff(Duration::from_secs(60)))
+        .stall_timeout(Duration::from_secs(1));
+    let sub = bus
+        .subscribe_with("jobs", options, flaky(calls.clone()))
+        .unwrap();
+    bus.publish("jobs", Job { id: 1, fails: 1 }).await.unwrap();
+    bus.close().await;
+    let stats = sub.stats();
+    assert!(stats.detached, "{stats:?}");
+    assert_eq!((stats.retries, stats.handled), (1, 0));
+    assert_eq!(ids(&calls), [1]);
+}
