@@ -95,6 +95,14 @@ struct Deliveries {
 }
 
 impl Deliveries {
+    fn new() -> Arc<Self> {
+        Arc::new(Deliveries {
+            handled: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            reached: Notify::new(),
+        })
+    }
+
     async fn wait_for(&self, target: u64) {
         self.target.store(target, SeqCst);
         while self.handled.load(SeqCst) < target {
@@ -123,11 +131,7 @@ fn steady_state_publish_and_delivery_allocate_nothing() {
         .unwrap();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
-        let deliveries = Arc::new(Deliveries {
-            handled: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            reached: Notify::new(),
-        });
+        let deliveries = Deliveries::new();
         let d = deliveries.clone();
         let sub = bus
             .subscribe("ticks", move |_: &u64| {
@@ -241,11 +245,7 @@ fn batches_and_a_queued_publisher_allocate_nothing() {
         .unwrap();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
-        let deliveries = Arc::new(Deliveries {
-            handled: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            reached: Notify::new(),
-        });
+        let deliveries = Deliveries::new();
         let d = deliveries.clone();
         let sub = bus
             .subscribe_batch(
@@ -327,6 +327,71 @@ fn a_streams_deliveries_allocate_nothing() {
         let ((), window) = counted(round(&topic, &mut stream)).await;
         println!("{N} publishes and stream deliveries: {window:?}");
         assert_eq!(window.allocations, 0, "{window:?}");
+        bus.close().await;
+    });
+}
+
+/// A subscriber with a retry policy and a dead-letter topic, whose handler fails once on
+/// every message and succeeds on the retry: the retry (its error, its log event with no
+/// tracing subscriber installed, its backoff timer) allocates nothing. Only a dead letter
+/// may allocate, as documented on `DeadLetter`, and none is made here.
+#[test]
+fn retries_allocate_nothing() {
+    const N: u64 = 300;
+    /// A zero-sized error: boxing it into a `HandlerError` allocates nothing.
+    struct NotYet;
+    impl std::fmt::Display for NotYet {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not yet")
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let deliveries = Deliveries::new();
+        let d = deliveries.clone();
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dead = bus.topic::<ringbus::DeadLetter<u64>>("ticks.dead").unwrap();
+        let options = ringbus::SubscribeOptions::new()
+            .retry(
+                ringbus::RetryPolicy::new(2)
+                    // The shortest sleep there is: one tick of tokio's timer per retry.
+                    .backoff(std::time::Duration::from_nanos(1))
+                    .jitter(false),
+            )
+            .dead_letter(&dead);
+        let sub = bus
+            .subscribe_with("ticks", options, move |_: &u64| {
+                // Fails every first call, succeeds on the retry.
+                let result = if failed.fetch_xor(true, SeqCst) {
+                    let n = d.handled.fetch_add(1, SeqCst) + 1;
+                    if n == d.target.load(SeqCst) {
+                        d.reached.notify_one();
+                    }
+                    Ok(())
+                } else {
+                    Err(NotYet)
+                };
+                async move { result }
+            })
+            .unwrap();
+        let topic = bus.topic::<u64>("ticks").unwrap();
+        let round = || async {
+            let goal = deliveries.handled.load(SeqCst) + N;
+            for i in 0..N {
+                topic.publish(i).await.unwrap();
+            }
+            deliveries.wait_for(goal).await;
+        };
+        round().await; // warm-up
+        let ((), window) = counted(round()).await;
+        println!("{N} publishes, each delivery retried once: {window:?}");
+        assert_eq!(window.allocations, 0, "{window:?}");
+        let stats = sub.stats();
+        assert_eq!((stats.retries, stats.dead_lettered), (2 * N, 0));
         bus.close().await;
     });
 }

@@ -11,11 +11,27 @@ mod kw {
     syn::custom_keyword!(capacity);
     syn::custom_keyword!(stall_timeout);
     syn::custom_keyword!(batch);
+    syn::custom_keyword!(retry);
+    syn::custom_keyword!(dead_letter);
 }
 
 /// What may follow the topic, for error messages.
 pub(crate) const VALID: &str =
-    "`publish(\"topic\")`, `name = \"...\"`, `capacity = N`, `stall_timeout = \"500ms\"`, `batch`, `crate = \"path\"`";
+    "`publish(\"topic\")`, `name = \"...\"`, `capacity = N`, `stall_timeout = \"500ms\"`, `batch`, `retry(attempts = 3, backoff = \"10ms\")`, `dead_letter(\"topic\")`, `crate = \"path\"`";
+
+/// What `retry(..)` takes, for error messages.
+pub(crate) const RETRY_VALID: &str =
+    "`attempts = N`, `backoff = \"10ms\"`, `max_backoff = \"1s\"` (durations as strings or `Duration` expressions), `multiplier = 2.0`, `jitter = true|false`, `panics = true|false`";
+
+/// The names `retry(..)` takes, for "did you mean" suggestions.
+const RETRY_NAMES: &[&str] = &[
+    "attempts",
+    "backoff",
+    "max_backoff",
+    "multiplier",
+    "jitter",
+    "panics",
+];
 
 /// The argument names, for "did you mean" suggestions.
 const NAMES: &[&str] = &[
@@ -24,16 +40,23 @@ const NAMES: &[&str] = &[
     "capacity",
     "stall_timeout",
     "batch",
+    "retry",
+    "dead_letter",
     "crate",
 ];
 
 /// The argument name `word` was probably meant to be: the nearest by edit distance (ignoring
 /// case), if it is at most 2 edits away (1 for words of up to 4 letters) and not `word` itself.
 pub(crate) fn did_you_mean(word: &str) -> Option<&'static str> {
+    nearest(word, NAMES)
+}
+
+/// The name of `names` nearest to `word` (see [`did_you_mean`]).
+fn nearest(word: &str, names: &[&'static str]) -> Option<&'static str> {
     // Case does not count as an edit: `Publish` is `publish` misspelled.
     let lower = word.to_ascii_lowercase();
     let limit = if lower.chars().count() <= 4 { 1 } else { 2 };
-    NAMES
+    names
         .iter()
         .map(|name| (edit_distance(&lower, name), *name))
         .filter(|&(d, name)| d <= limit && name != word)
@@ -77,7 +100,68 @@ pub(crate) struct Args {
     pub(crate) capacity: Option<Expr>,
     pub(crate) stall_timeout: Option<Expr>,
     pub(crate) batch: Option<Span>,
+    pub(crate) retry: Option<Retry>,
+    pub(crate) dead_letter: Option<Expr>,
     pub(crate) krate: Option<Path>,
+}
+
+/// `retry(..)`: each setting given, as the `RetryPolicy` method it calls and its value.
+pub(crate) struct Retry {
+    /// The `retry` keyword, for errors about the argument as a whole.
+    pub(crate) span: Span,
+    pub(crate) settings: Vec<(syn::Ident, Expr)>,
+}
+
+impl Parse for Retry {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let kw: kw::retry = input.parse()?;
+        let content;
+        syn::parenthesized!(content in input);
+        let mut settings: Vec<(syn::Ident, Expr)> = Vec::new();
+        while !content.is_empty() {
+            let key: syn::Ident = content.call(syn::ext::IdentExt::parse_any)?;
+            let name = key.to_string();
+            if !RETRY_NAMES.contains(&name.as_str()) {
+                let hint = match nearest(&name, RETRY_NAMES) {
+                    Some(near) => format!("did you mean `{near}`? "),
+                    None => String::new(),
+                };
+                return Err(syn::Error::new_spanned(
+                    key,
+                    format!("unknown `retry` setting; {hint}valid settings: {RETRY_VALID}"),
+                ));
+            }
+            if settings.iter().any(|(k, _)| *k == key) {
+                return Err(syn::Error::new_spanned(
+                    key,
+                    format!("`{name}` is given twice in `retry(..)`"),
+                ));
+            }
+            if !content.peek(Token![=]) {
+                return Err(syn::Error::new_spanned(
+                    &key,
+                    format!(
+                        "`{name}` needs a value: `{name} = ...`; valid settings: {RETRY_VALID}"
+                    ),
+                ));
+            }
+            content.parse::<Token![=]>()?;
+            let value: Expr = content.parse()?;
+            let value = match name.as_str() {
+                "backoff" | "max_backoff" => duration(value)?,
+                _ => value,
+            };
+            settings.push((key, value));
+            if content.is_empty() {
+                break;
+            }
+            content.parse::<Token![,]>()?;
+        }
+        Ok(Retry {
+            span: kw.span,
+            settings,
+        })
+    }
 }
 
 enum Arg {
@@ -87,6 +171,8 @@ enum Arg {
     Capacity(Expr),
     StallTimeout(Expr),
     Batch(Span),
+    Retry(Retry),
+    DeadLetter(Expr),
     Crate(Path),
 }
 
@@ -98,6 +184,15 @@ impl Parse for Arg {
             let content;
             syn::parenthesized!(content in input);
             return Ok(Arg::Publish(content.parse()?));
+        }
+        if look.peek(kw::retry) && input.peek2(syn::token::Paren) {
+            return Ok(Arg::Retry(input.parse()?));
+        }
+        if look.peek(kw::dead_letter) && input.peek2(syn::token::Paren) {
+            input.parse::<kw::dead_letter>()?;
+            let content;
+            syn::parenthesized!(content in input);
+            return Ok(Arg::DeadLetter(content.parse()?));
         }
         if look.peek(kw::name) && input.peek2(Token![=]) {
             input.parse::<kw::name>()?;
@@ -134,8 +229,8 @@ impl Parse for Arg {
             if fork.is_empty() || fork.peek(Token![,]) {
                 input.parse::<Path>()?;
                 let is_keywordish = path.get_ident().is_some_and(|i| {
-                    ["publish", "name", "capacity", "stall_timeout", "batch"]
-                        .contains(&i.to_string().as_str())
+                    let word = i.to_string();
+                    word != "crate" && NAMES.contains(&word.as_str())
                 });
                 if !is_keywordish {
                     return Ok(Arg::Topic(Expr::Path(syn::ExprPath {
@@ -202,6 +297,8 @@ impl Parse for Args {
             capacity: None,
             stall_timeout: None,
             batch: None,
+            retry: None,
+            dead_letter: None,
             krate: None,
         };
         let mut topic = None;
@@ -227,6 +324,8 @@ impl Parse for Args {
                 Arg::Capacity(c) => args.capacity = Some(c),
                 Arg::StallTimeout(d) => args.stall_timeout = Some(d),
                 Arg::Batch(s) => args.batch = Some(s),
+                Arg::Retry(r) => args.retry = Some(r),
+                Arg::DeadLetter(t) => args.dead_letter = Some(t),
                 Arg::Crate(p) => args.krate = Some(p),
             }
         }
@@ -261,6 +360,12 @@ mod tests {
         assert_eq!(did_you_mean("capasity"), Some("capacity"));
         assert_eq!(did_you_mean("batc"), Some("batch"));
         assert_eq!(did_you_mean("nam"), Some("name"));
+        assert_eq!(did_you_mean("retyr"), Some("retry"));
+        assert_eq!(did_you_mean("dead_leter"), Some("dead_letter"));
+        assert_eq!(
+            super::nearest("atempts", super::RETRY_NAMES),
+            Some("attempts")
+        );
         // Not a near miss of any name, and not a name itself.
         assert_eq!(did_you_mean("retries"), None);
         assert_eq!(did_you_mean("publish"), None);

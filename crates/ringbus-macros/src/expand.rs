@@ -95,6 +95,21 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             FnArg::Typed(t) => states.push(state_type(&t.ty)?),
         }
     }
+    if let Some(batch) = args.batch {
+        if let Some(span) = args
+            .retry
+            .as_ref()
+            .map(|r| r.span)
+            .or_else(|| args.dead_letter.as_ref().map(|d| d.span()))
+        {
+            let mut error = syn::Error::new(
+                span,
+                "batch subscribers do not retry: `retry(..)` and `dead_letter(..)` are for handlers of one message at a time (remove `batch`, or them)",
+            );
+            error.combine(syn::Error::new(batch, "`batch` given here"));
+            return Err(error);
+        }
+    }
     let output = output_type(&sig.output);
     if let (Some(publish), Output::Unit) = (&args.publish, &output) {
         return Err(syn::Error::new_spanned(
@@ -197,9 +212,17 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             }
         },
     };
+    // The dead-letter topic is resolved at `register` (a type mismatch is an `Err` there),
+    // through a function whose `T: Clone` bound is reported on the argument.
+    let options = match &args.dead_letter {
+        None => quote!(self.options()),
+        Some(topic) => quote_spanned! {topic.span()=>
+            #krate::__private::dead_letter::<#msg_ty>(bus, self.options(), #topic)?
+        },
+    };
     let subscribe = match &message {
-        Message::Batch(_) => quote!(bus.subscribe_batch(self.topic(), self.options(), handler)),
-        _ => quote!(bus.subscribe_with(self.topic(), self.options(), handler)),
+        Message::Batch(_) => quote!(bus.subscribe_batch(self.topic(), #options, handler)),
+        _ => quote!(bus.subscribe_with(self.topic(), #options, handler)),
     };
     let capacity = args
         .capacity
@@ -209,6 +232,17 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         .stall_timeout
         .as_ref()
         .map(|d| quote_spanned!(d.span()=> let options = options.stall_timeout(#d);));
+    let retry = args.retry.as_ref().map(|r| {
+        let settings = r
+            .settings
+            .iter()
+            .map(|(key, value)| quote_spanned!(value.span()=> .#key(#value)));
+        quote_spanned! {r.span=>
+            let options = options.retry(
+                <#krate::RetryPolicy as ::core::default::Default>::default() #(#settings)*
+            );
+        }
+    });
     let struct_doc =
         format!("The `#[subscriber]` handler `{ident}`: register it with `bus.register({ident})`.");
 
@@ -244,6 +278,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
                     let options = #krate::SubscribeOptions::new().name(#name);
                     #capacity
                     #stall
+                    #retry
                     options
                 }
 

@@ -33,7 +33,15 @@ mod expand;
 ///
 /// Arguments, after the topic (a string literal or a `const`): `publish("topic")`,
 /// `name = "..."`, `capacity = N`, `stall_timeout = "500ms"` (or any `Duration` expression),
-/// `batch`, `crate = "path"` (where `ringbus` is re-exported under another path).
+/// `batch`, `retry(..)`, `dead_letter("topic")`, `crate = "path"` (where `ringbus` is
+/// re-exported under another path).
+///
+/// `retry(attempts = 3, backoff = "10ms", max_backoff = "1s", multiplier = 2.0,
+/// jitter = true, panics = false)` (every setting optional; the defaults are
+/// `ringbus::RetryPolicy::default()`'s) retries a failed call with exponential backoff;
+/// `dead_letter("topic")` publishes a message given up on to that topic as a
+/// `ringbus::DeadLetter<T>`, resolved at `register` (a topic of another type is an `Err`
+/// there), and needs `T: Clone`. Neither goes with `batch`.
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::subscriber(args.into(), item.into()).into()

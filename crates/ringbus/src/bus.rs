@@ -108,13 +108,16 @@ struct Inner {
 ///    publishers forever; no handler ever sees a slot being overwritten.
 /// 5. **Close drains.** See [`close`](Self::close).
 /// 6. **Failures stay local.** A handler's `Err` or panic is logged and counted; the
-///    subscriber goes on.
+///    subscriber goes on (after retrying the message first, if it has a
+///    [retry policy](SubscribeOptions::retry), and publishing it to its
+///    [dead-letter topic](SubscribeOptions::dead_letter), if it has one).
 /// 7. **Types are checked.** A topic carries one type; any other is an `Err` naming the topic
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
 ///    returned.
 /// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`];
-///    with a stall timeout, on a runtime built without its time driver, [`Error::NoTimer`].
+///    with a stall timeout or a retry policy, on a runtime built without its time driver,
+///    [`Error::NoTimer`].
 ///    Publishing needs no runtime, and a [`Context`] deadline is kept without tokio's timer
 ///    where there is none (on a helper thread).
 /// 10. **Zero allocations** per publish and per delivery in the steady state.
@@ -171,14 +174,15 @@ impl BusState {
         self.progress.progressed();
     }
 
-    /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one and the
-    /// current runtime cannot time it (see `time`).
+    /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one (or a
+    /// retry policy, whose backoff sleeps) and the current runtime cannot time it (see
+    /// `time`).
     pub(crate) fn stall_timeout(
         &self,
         options: &SubscribeOptions,
     ) -> Result<Option<Duration>, Error> {
         let timeout = options.stall_timeout.or(self.stall_timeout);
-        if timeout.is_some() && !crate::time::has_time_driver() {
+        if (timeout.is_some() || options.retry.is_some()) && !crate::time::has_time_driver() {
             return Err(Error::NoTimer);
         }
         Ok(timeout)
@@ -624,7 +628,8 @@ impl Bus {
     /// # Errors
     ///
     /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::NoTimer`] with a stall timeout
-    /// (see [`BusBuilder::stall_timeout`]) on a runtime without a time driver,
+    /// (see [`BusBuilder::stall_timeout`]) or a retry policy on a runtime without a time
+    /// driver,
     /// [`Error::TypeMismatch`],
     /// [`Error::Closed`].
     pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
@@ -635,7 +640,13 @@ impl Bus {
         self.subscribe_with(topic, SubscribeOptions::new(), handler)
     }
 
-    /// [`subscribe`](Self::subscribe) with options (name, capacity, stall timeout).
+    /// [`subscribe`](Self::subscribe) with options (name, capacity, stall timeout, retry
+    /// policy and dead-letter topic: see [`SubscribeOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`subscribe`](Self::subscribe); also [`Error::TypeMismatch`] if the options'
+    /// dead-letter topic carries dead letters of another message type.
     pub fn subscribe_with<T, H>(
         &self,
         topic: &str,

@@ -231,7 +231,8 @@ pub enum Error {
     /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
     NoRuntime,
     /// The tokio runtime has no time driver (it was built without `enable_time` or
-    /// `enable_all`), and what was asked needs one: a subscriber's stall timeout.
+    /// `enable_all`), and what was asked needs one: a subscriber's stall timeout, or its
+    /// retry policy's backoff.
     NoTimer,
     /// A topic exists with another capacity than the one asked for.
     CapacityMismatch {
@@ -251,6 +252,9 @@ pub enum Error {
     },
     /// An [`App`](crate::App) startup hook failed.
     Hook(String),
+    /// The options asked for something this kind of subscriber does not do (the text says
+    /// what): a retry policy or a dead-letter topic on a batch subscriber.
+    Unsupported(&'static str),
     /// A topic already has the configured maximum of subscribers.
     TooManySubscribers {
         /// The topic.
@@ -275,9 +279,9 @@ impl fmt::Display for Error {
                  (#[tokio::main], a spawned task, or Runtime::enter)",
             ),
             Error::NoTimer => f.write_str(
-                "the tokio runtime has no time driver, which a stall timeout needs: build it \
-                 with enable_time() (or enable_all(), as #[tokio::main] does), or subscribe \
-                 without a stall timeout",
+                "the tokio runtime has no time driver, which a stall timeout or a retry \
+                 backoff needs: build it with enable_time() (or enable_all(), as \
+                 #[tokio::main] does), or subscribe without them",
             ),
             Error::CapacityMismatch {
                 topic,
@@ -293,6 +297,7 @@ impl fmt::Display for Error {
                  registered: add `.state(value)` to Bus::builder()"
             ),
             Error::Hook(message) => write!(f, "a startup hook failed: {message}"),
+            Error::Unsupported(what) => f.write_str(what),
             Error::TooManySubscribers { topic, max } => {
                 write!(
                     f,

@@ -5,6 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::bus::Topic;
+use crate::retry::{DeadLetter, DeadLetterTo, RetryPolicy};
+
 /// Why a handler failed, as logged and counted by the bus.
 pub struct HandlerError(Box<dyn fmt::Display + Send + Sync>);
 
@@ -308,13 +311,16 @@ where
 }
 
 /// How a subscriber runs: its name (for logs and stats), the capacity of the topic if this
-/// subscriber creates it, and an optional stall timeout.
+/// subscriber creates it, an optional stall timeout, and an optional retry policy and
+/// dead-letter topic.
 #[derive(Clone, Debug, Default)]
 #[must_use = "options do nothing until passed to `subscribe_with` or `subscribe_batch`"]
 pub struct SubscribeOptions {
     pub(crate) name: Option<String>,
     pub(crate) capacity: Option<usize>,
     pub(crate) stall_timeout: Option<Duration>,
+    pub(crate) retry: Option<RetryPolicy>,
+    pub(crate) dead_letter: Option<DeadLetterTo>,
 }
 
 impl SubscribeOptions {
@@ -345,6 +351,79 @@ impl SubscribeOptions {
     /// with it is [`Error::NoTimer`](crate::Error::NoTimer).
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// Retry a message the handler failed on (an `Err`, or a panic if the policy says so),
+    /// with exponential backoff and jitter: see [`RetryPolicy`] for the schedule, and for
+    /// what a retrying subscriber means for order (kept: the next message waits), for
+    /// publishers (it gates them like a slow handler) and for `close`. After the last
+    /// attempt the message goes to the [dead-letter topic](Self::dead_letter), if any, and
+    /// the failure is logged and counted as without retries. Retries are counted in
+    /// [`SubscriberStats::retries`](crate::SubscriberStats::retries).
+    ///
+    /// The backoff sleeps run on tokio's timer: on a runtime built without its time driver,
+    /// subscribing with a retry policy is [`Error::NoTimer`](crate::Error::NoTimer). A
+    /// [stall timeout](Self::stall_timeout) covers a message's whole handling, its retries
+    /// and sleeps included. Batch subscribers do not retry: `subscribe_batch` with a retry
+    /// policy is [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
+    /// use ringbus::{with_state, Bus, RetryPolicy, SubscribeOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::new();
+    /// let options = SubscribeOptions::new()
+    ///     .retry(RetryPolicy::new(3).backoff(Duration::from_millis(1)));
+    /// // Fails on its first call, succeeds on the second.
+    /// let flaky = with_state(AtomicU32::new(0), async |calls: &AtomicU32, _: &u64| {
+    ///     if calls.fetch_add(1, Ordering::Relaxed) == 0 { Err("not yet") } else { Ok(()) }
+    /// });
+    /// let sub = bus.subscribe_with("jobs", options, flaky)?;
+    /// bus.publish("jobs", 1u64).await?;
+    /// bus.close().await;
+    /// let stats = sub.stats();
+    /// assert_eq!((stats.handled, stats.errors, stats.retries), (1, 1, 1));
+    /// # Ok(()) }
+    /// ```
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Publish a message the handler gave up on (after the last attempt of the
+    /// [retry policy](Self::retry), or after its one call without one) to `topic`, as a
+    /// [`DeadLetter`] carrying a copy of the message, the error text, the topic, the
+    /// subscriber's name and the number of attempts.
+    ///
+    /// The handle is resolved by the caller (`bus.topic::<DeadLetter<T>>("name")?`), so a
+    /// name already used for another type is an `Err` there; subscribing a handler of
+    /// another message type than `T` with it is [`Error::TypeMismatch`](crate::Error).
+    /// The dead letter is a copy because the handler only ever saw `&T` in place: hence
+    /// `T: Clone` (a topic of `Arc<M>` makes the copy a reference count). Making it
+    /// allocates (the copy, the error text and the subscriber's name).
+    ///
+    /// The dead letter is published with `publish`, so it waits for room in the dead-letter
+    /// topic (the subscriber takes no other message meanwhile), and is accepted while the
+    /// bus drains (as any handler's publish). One that cannot be published (a
+    /// [strict](crate::BusBuilder::strict) bus and no subscriber on the dead-letter topic, a
+    /// closed bus, a panicking `clone`) is logged at `error` and counted in
+    /// [`SubscriberStats::dead_letter_failures`](crate::SubscriberStats::dead_letter_failures);
+    /// it never panics. Each one published counts in
+    /// [`SubscriberStats::dead_lettered`](crate::SubscriberStats::dead_lettered).
+    ///
+    /// # Examples
+    ///
+    /// See [`DeadLetter`].
+    pub fn dead_letter<T: Clone + Send + Sync + 'static>(
+        mut self,
+        topic: &Topic<DeadLetter<T>>,
+    ) -> Self {
+        self.dead_letter = Some(DeadLetterTo::new(topic));
         self
     }
 }

@@ -51,7 +51,9 @@
 //! - [`Context`]: a deadline and/or cancellation for a publish.
 //! - [`Handler`], [`BatchHandler`], [`Subscriber`]: what a subscriber runs; closures and
 //!   `#[subscriber]` functions implement them. [`SubscribeOptions`]: name, capacity, stall
-//!   timeout.
+//!   timeout, retries.
+//! - [`RetryPolicy`]: retries with exponential backoff and jitter; [`DeadLetter`]: what a
+//!   subscriber publishes to its dead-letter topic when it gives up on a message.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
 //! - [`Stream`] (and [`StreamRef`]): a pull subscriber, `while let Some(msg) =
 //!   stream.next().await`, for code written against `tokio::sync::broadcast`.
@@ -79,6 +81,7 @@ mod idle;
 mod lock;
 mod map;
 mod progress;
+mod retry;
 mod state;
 mod stats;
 mod stream;
@@ -99,6 +102,7 @@ pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
+pub use retry::{DeadLetter, RetryPolicy};
 pub use ringbus_core as ring;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
@@ -152,6 +156,17 @@ pub mod __private {
                 topic.name()
             ))
         })
+    }
+
+    /// `options` with the dead-letter topic `topic` (of `DeadLetter<T>`), resolved on `bus`:
+    /// `dead_letter("topic")` in `#[subscriber]`. The dead letter carries a copy of the
+    /// message, hence `T: Clone`.
+    pub fn dead_letter<T: Clone + Send + Sync + 'static>(
+        bus: &Bus,
+        options: crate::SubscribeOptions,
+        topic: &str,
+    ) -> Result<crate::SubscribeOptions, Error> {
+        Ok(options.dead_letter(&bus.topic::<crate::DeadLetter<T>>(topic)?))
     }
 
     /// The `State<S>` a handler asks for, or the error that says how to register it.

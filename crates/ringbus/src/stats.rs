@@ -53,6 +53,15 @@ pub struct SubscriberStats {
     /// Its task may still run its handler: it has not ended, and was not stopped by a
     /// bounded close.
     pub running: bool,
+    /// Handler calls made again on a message after a failed one (a
+    /// [`RetryPolicy`](crate::RetryPolicy)); each failed call, retried or not, also counts in
+    /// `errors` or `panics`.
+    pub retries: u64,
+    /// Messages given up on and published to the subscriber's dead-letter topic
+    /// ([`SubscribeOptions::dead_letter`](crate::SubscribeOptions::dead_letter)).
+    pub dead_lettered: u64,
+    /// Dead letters that could not be published (each logged at `error`).
+    pub dead_letter_failures: u64,
 }
 
 /// What [`Bus::close_with`](crate::Bus::close_with) left unhandled when its context ended

@@ -109,6 +109,10 @@ pub(crate) struct SubShared {
     pub(crate) panics: AtomicU64,
     /// Detached after a stall.
     pub(crate) detached: AtomicBool,
+    /// Retries, dead letters published, and dead letters that could not be (see `retry`).
+    pub(crate) retries: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) dead_letter_failures: AtomicU64,
     /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
     /// `unsubscribe`, Acquire load by the task.
     stop_at: AtomicU64,
@@ -148,6 +152,9 @@ impl SubShared {
             errors: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             detached: AtomicBool::new(false),
+            retries: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            dead_letter_failures: AtomicU64::new(0),
             stop_at: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
             done: Done::default(),
@@ -229,6 +236,9 @@ impl SubShared {
             panics: self.panics.load(Ordering::Relaxed),
             detached,
             running: !self.ended(),
+            retries: self.retries.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            dead_letter_failures: self.dead_letter_failures.load(Ordering::Relaxed),
         }
     }
 
@@ -448,7 +458,7 @@ where
 }
 
 /// The text of a panic's payload, for the log.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

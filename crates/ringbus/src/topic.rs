@@ -476,9 +476,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
 
     pub(crate) fn subscribe<H: Handler<T>>(
         self: &Arc<Self>,
-        options: SubscribeOptions,
+        mut options: SubscribeOptions,
         handler: H,
     ) -> Result<Subscription, Error> {
+        // A retry policy or dead-letter topic wraps the handler (see `retry`); the plain
+        // subscriber runs its handler as it is.
+        if let Some(retry) = crate::retry::prepare::<T>(&mut options)? {
+            return self.spawn(options, move |reader, sub| {
+                subscriber::run(reader, retry.wrap(handler, sub.clone()), sub)
+            });
+        }
         self.spawn(options, move |reader, sub| {
             subscriber::run(reader, handler, sub)
         })
@@ -489,6 +496,12 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         options: SubscribeOptions,
         handler: H,
     ) -> Result<Subscription, Error> {
+        if options.retry.is_some() || options.dead_letter.is_some() {
+            return Err(Error::Unsupported(
+                "batch subscribers do not retry: a retry policy or a dead-letter topic is for \
+                 subscribers that handle one message at a time",
+            ));
+        }
         self.spawn(options, move |reader, sub| {
             subscriber::run_batch(reader, handler, sub)
         })

@@ -55,6 +55,23 @@ async fn receipts(batch: Batch<'_, Receipt>) -> Result<(), BillingError> {
 #[subscriber("orders", crate = "::ringbus", stall_timeout = std::time::Duration::from_millis(10))]
 async fn with_path(_order: &Order) {}
 
+/// Retries with every setting, and a dead-letter topic (`Order: Clone`).
+#[subscriber(
+    "orders",
+    retry(attempts = 4, backoff = "1ms", max_backoff = std::time::Duration::from_millis(5), multiplier = 1.5, jitter = false, panics = true),
+    dead_letter("orders.dead")
+)]
+async fn retrying(order: &Order) -> Result<(), BillingError> {
+    if order.id == 0 {
+        return Err(BillingError);
+    }
+    Ok(())
+}
+
+/// A dead-letter topic alone, for a message taken by value.
+#[subscriber("orders", dead_letter("orders.dead.copies"))]
+async fn dead_copies(_order: Order) {}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -67,10 +84,14 @@ fn main() {
         let _ = bus.register(copy).unwrap();
         let _ = bus.register(receipts).unwrap();
         let _ = bus.register(with_path).unwrap();
+        let _ = bus.register(retrying).unwrap();
+        let _ = bus.register(dead_copies).unwrap();
         bus.publish("orders", Order { id: 1 }).await.unwrap();
         bus.close().await;
         let stats = bus.stats();
         let topic = stats.topics.iter().find(|t| t.name == "receipts").unwrap();
         assert_eq!(topic.published, 1);
+        let topic = stats.topics.iter().find(|t| t.name == "orders.dead").unwrap();
+        assert_eq!(topic.published, 0);
     });
 }
