@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringbus::ring::Builder;
 use ringbus::Bus;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Counts allocations, so the probe can report allocations per message.
 struct Counting;
@@ -71,6 +74,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "bus/publish_by_name1",
         "bus Bus::publish by name with 1 subscriber, delivery included",
     ),
+    (
+        "bus/publish1_not_interested",
+        "bus/publish1 under a tracing subscriber that wants DEBUG, but not the bus's spans",
+    ),
+    (
+        "bus/publish1_traced",
+        "bus/publish1 under a tracing subscriber (the registry) that records every span",
+    ),
 ];
 
 /// Messages for the first count; the second is twice as many.
@@ -117,6 +128,21 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
         "bus/publish1" => bus_publish(n, 1, false),
         "bus/publish10" => bus_publish(n, 10, false),
         "bus/publish_by_name1" => bus_publish(n, 1, true),
+        "bus/publish1_not_interested" => {
+            // Interested in DEBUG (the maximum level lets the bus's check pass), not in the
+            // crate's callsites: answered from tracing's cached interest.
+            let filter = Targets::new()
+                .with_default(LevelFilter::DEBUG)
+                .with_target("ringbus", LevelFilter::OFF);
+            let _default = tracing_subscriber::registry().with(filter).set_default();
+            bus_publish(n, 1, false)
+        }
+        "bus/publish1_traced" => {
+            // The registry alone: every span made, entered, exited and closed, none printed
+            // (what any layer built on the registry pays before its own work).
+            let _default = tracing_subscriber::registry().set_default();
+            bus_publish(n, 1, false)
+        }
         _ => {
             eprintln!("unknown scenario {scenario}; see `ringbus-cost list`");
             return ExitCode::from(2);

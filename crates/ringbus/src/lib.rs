@@ -12,6 +12,29 @@
 //! unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to see them; the
 //! counts are in [`Bus::stats`].
 //!
+//! # Observability
+//!
+//! - **Spans.** Every handler call runs inside a `ringbus.handle` span at `DEBUG`, fields
+//!   `topic`, `subscriber`, `position` (the message's place in its topic; a batch handler's
+//!   span adds `messages`), with `error` or `panic` recorded on it when the call fails. The
+//!   handler's own events are inside it. With nobody listening at `DEBUG`, the bus makes no
+//!   span: a handler call pays tracing's level check.
+//! - **Waits.** A publish that waits for room records a `DEBUG` event with the time it waited
+//!   (`waited`); a publish cancelled through its [`Context`] records one with the time it had
+//!   waited.
+//! - **Metrics** (feature `metrics`, off by default): counters, a lag gauge and a
+//!   handler-duration histogram through the [`metrics`](https://docs.rs/metrics) facade, named
+//!   after OpenTelemetry's messaging semantic conventions where one exists
+//!   (`messaging.client.sent.messages`, `messaging.client.consumed.messages`,
+//!   `messaging.process.duration`) and `ringbus.*` otherwise (`ringbus.topic.unrouted`,
+//!   `ringbus.topic.full`, `ringbus.topic.cancelled`, `ringbus.subscriber.errors`,
+//!   `ringbus.subscriber.panics`, `ringbus.subscriber.detached`, the gauge
+//!   `ringbus.subscriber.lag`), labelled `messaging.system` (`ringbus`),
+//!   `messaging.destination.name` (the topic), `messaging.destination.subscription.name` (the
+//!   subscriber) and, on the three semantic-convention ones, `messaging.operation.name`. A
+//!   topic resolves its handles when it is made, a subscriber when it subscribes, from the
+//!   recorder installed then: install the exporter first.
+//!
 //! ```
 //! use ringbus::{Bus, Context, PublishError};
 //! use std::time::Duration;
@@ -80,6 +103,7 @@ mod handler;
 mod idle;
 mod lock;
 mod map;
+mod observe;
 mod progress;
 mod retry;
 mod state;

@@ -32,11 +32,13 @@ use futures_util::FutureExt;
 use ringbus_core::Reader;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
+use tracing::Span;
 
 use crate::bus::BusState;
 use crate::coop;
 use crate::delivery::Tracker;
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
+use crate::observe::{self, Outcome, SubMetrics};
 use crate::stats::SubscriberStats;
 use crate::topic::AnyTopic;
 
@@ -129,6 +131,8 @@ pub(crate) struct SubShared {
     /// A pull subscriber (a [`Stream`](crate::Stream)), not a task: `close` does not wait
     /// for it (see `stream.rs`).
     pub(crate) pull: bool,
+    /// Its metric handles (feature `metrics`; nothing without it), used by the task only.
+    metrics: SubMetrics,
 }
 
 impl SubShared {
@@ -141,11 +145,13 @@ impl SubShared {
         start: u64,
         stall_timeout: Option<Duration>,
     ) -> Self {
+        let name = SubName::new(name, topic.clone(), id);
         Self {
+            metrics: SubMetrics::new(&topic, &name),
             bus,
             tracker,
             id,
-            name: SubName::new(name, topic.clone(), id),
+            name,
             topic,
             start,
             handled: AtomicU64::new(0),
@@ -242,14 +248,20 @@ impl SubShared {
         }
     }
 
-    /// Counts and logs a failed handler call on the `len` messages at `start..`. Called
-    /// before the new position is stored (receipts rely on it).
+    /// Counts and logs a failed handler call on the `len` messages at `start..`, and records
+    /// the failure on its `span`, if it has one. Called before the new position is stored
+    /// (receipts rely on it).
     #[cold]
-    fn record(&self, failure: Failure, start: u64, len: u64) {
+    fn record(&self, failure: Failure, span: Option<&Span>, start: u64, len: u64) {
         self.tracker.failed(start, len);
+        let none = Span::none();
+        let span = span.unwrap_or(&none);
+        let _in_span = span.enter();
         match failure {
             Failure::Err(error) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
+                self.metrics.error();
+                span.record("error", tracing::field::display(&error));
                 tracing::warn!(
                     topic = %self.topic,
                     subscriber = %self.name,
@@ -259,6 +271,8 @@ impl SubShared {
             }
             Failure::Panic(message) => {
                 self.panics.fetch_add(1, Ordering::Relaxed);
+                self.metrics.panic();
+                span.record("panic", tracing::field::display(&message));
                 tracing::error!(
                     topic = %self.topic,
                     subscriber = %self.name,
@@ -368,11 +382,38 @@ enum Failure {
     Panic(String),
 }
 
+impl Failure {
+    /// The failure, if any, of a call that ended with `result` (`Err`: it panicked).
+    #[inline(always)]
+    fn of(
+        result: Result<Result<(), HandlerError>, Box<dyn std::any::Any + Send>>,
+    ) -> Result<(), Failure> {
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::Err(e)),
+            Err(panic) => Err(Failure::Panic(panic_message(&*panic))),
+        }
+    }
+}
+
+impl Outcome {
+    /// How the call that returned `result` ended.
+    #[inline]
+    fn of(result: &Result<(), Failure>) -> Self {
+        match result {
+            Ok(()) => Outcome::Ok,
+            Err(Failure::Err(_)) => Outcome::Error,
+            Err(Failure::Panic(_)) => Outcome::Panic,
+        }
+    }
+}
+
 /// Cancels `done` when the task ends, however it ends (returns, panics or is aborted).
 struct DoneGuard<'a>(&'a SubShared);
 
 impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
+        self.0.metrics.ended();
         self.0.done.cancel();
         self.0.bus.progressed();
     }
@@ -450,11 +491,80 @@ where
             Some(timeout) => tokio::time::timeout(timeout, call).await.ok()?,
         },
     };
-    Some(match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Failure::Err(e)),
-        Err(panic) => Err(Failure::Panic(panic_message(&*panic))),
-    })
+    Some(Failure::of(result))
+}
+
+/// [`guarded`] in `span`: entered around `call` and around each poll of its future (never
+/// held across an await), as `tracing::Instrument` would, without taking the span by value
+/// (the caller records a failure on it afterwards).
+///
+/// A function of its own, called only when some subscriber wants the span
+/// (`observe::span_if_wanted`): entering a span in `guarded`, even a disabled one, cost every
+/// delivery 6 to 40 instructions in the cost gate, whoever listened.
+async fn guarded_in<C, F>(
+    call: C,
+    stall: Option<Duration>,
+    span: &Span,
+) -> Option<Result<(), Failure>>
+where
+    C: FnOnce() -> F,
+    F: Future<Output = Result<(), HandlerError>>,
+{
+    let call = match span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(call))) {
+        Ok(call) => call,
+        Err(panic) => return Some(Err(Failure::Panic(panic_message(&*panic)))),
+    };
+    let mut call = InSpan {
+        call: pin!(AssertUnwindSafe(call).catch_unwind()),
+        span,
+    };
+    let result = match Once(&mut call).await {
+        Poll::Ready(result) => result,
+        Poll::Pending => match stall {
+            None => call.await,
+            Some(timeout) => tokio::time::timeout(timeout, call).await.ok()?,
+        },
+    };
+    Some(Failure::of(result))
+}
+
+/// A handler call's future, polled in its span.
+///
+/// Hand-written futures rather than `poll_fn` closures, as `next` is: entering the span made
+/// the closure of the first poll too big to inline.
+struct InSpan<'a, F> {
+    call: Pin<&'a mut F>,
+    span: &'a Span,
+}
+
+impl<F: Future> InSpan<'_, F> {
+    #[inline(always)]
+    fn poll_in_span(&mut self, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let _in_span = self.span.enter();
+        self.call.as_mut().poll(cx)
+    }
+}
+
+impl<F: Future> Future for InSpan<'_, F> {
+    type Output = F::Output;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        self.get_mut().poll_in_span(cx)
+    }
+}
+
+/// Polls an [`InSpan`] once, inline (no timer for handlers that finish at once): ready with
+/// what that poll returned.
+struct Once<'a, 'b, F>(&'b mut InSpan<'a, F>);
+
+impl<F: Future> Future for Once<'_, '_, F> {
+    type Output = Poll<F::Output>;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(self.get_mut().0.poll_in_span(cx))
+    }
 }
 
 /// The text of a panic's payload, for the log.
@@ -468,6 +578,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 fn detach(sub: &SubShared) {
     sub.detached.store(true, Ordering::Relaxed);
+    sub.metrics.detached();
     tracing::warn!(
         topic = %sub.topic,
         subscriber = %sub.name,
@@ -489,13 +600,22 @@ where
         let Ok(message) = reader.try_recv() else {
             continue;
         };
-        let Some(outcome) = guarded(|| handler.call(&message), sub.stall_timeout).await else {
+        let began = sub.metrics.clock();
+        let call = || handler.call(&message);
+        let span = observe::span_if_wanted(|| observe::handle_span(&sub, sub.start + handled));
+        let outcome = match &span {
+            None => guarded(call, sub.stall_timeout).await,
+            Some(span) => guarded_in(call, sub.stall_timeout, span).await,
+        };
+        let Some(outcome) = outcome else {
             detach(&sub);
             return; // dropping the reader releases our place in the ring
         };
         drop(message);
+        sub.metrics
+            .handled(began, 1, || Outcome::of(&outcome), || reader.lag());
         if let Err(failure) = outcome {
-            sub.record(failure, sub.start + handled, 1);
+            sub.record(failure, span.as_ref(), sub.start + handled, 1);
         }
         handled += 1;
         sub.handled.store(handled, Ordering::Release); // pairs with `position`
@@ -530,14 +650,22 @@ where
         };
         let (first, second) = batch.as_slices();
         let len = batch.len() as u64;
+        let began = sub.metrics.clock();
         let call = || handler.call(Batch { first, second });
-        let Some(outcome) = guarded(call, sub.stall_timeout).await else {
+        let span = observe::span_if_wanted(|| observe::batch_span(&sub, sub.start + handled, len));
+        let outcome = match &span {
+            None => guarded(call, sub.stall_timeout).await,
+            Some(span) => guarded_in(call, sub.stall_timeout, span).await,
+        };
+        let Some(outcome) = outcome else {
             detach(&sub);
             return;
         };
         drop(batch);
+        sub.metrics
+            .handled(began, len, || Outcome::of(&outcome), || reader.lag());
         if let Err(failure) = outcome {
-            sub.record(failure, sub.start + handled, len);
+            sub.record(failure, span.as_ref(), sub.start + handled, len);
         }
         handled += len;
         sub.handled.store(handled, Ordering::Release); // pairs with `position`

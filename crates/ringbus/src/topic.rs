@@ -21,6 +21,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use ringbus_core::{Builder, Full, Stage, Writer};
+use tokio::time::Instant;
 
 use crate::bus::BusState;
 use crate::context::Context;
@@ -29,6 +30,7 @@ use crate::delivery::{Delivery, Tracker};
 use crate::error::{Error, PublishError, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
 use crate::lock::{WriterGuard, WriterLock};
+use crate::observe::{self, TopicMetrics};
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
 use crate::subscriber::{self, SubShared, Subscription, CURRENT_SUBSCRIBER};
 
@@ -49,6 +51,8 @@ pub(crate) struct TopicInner<T> {
     unrouted: AtomicU64,
     /// Set by the first unrouted publish, which logs it: once per topic.
     unrouted_logged: AtomicBool,
+    /// Its metric handles (feature `metrics`; nothing without it).
+    metrics: TopicMetrics,
 }
 
 /// The type-erased face of a topic, for the registry, `stats` and `close`.
@@ -78,7 +82,6 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             .max_readers(state.max_subscribers)
             .build_lazy();
         Self {
-            name,
             capacity,
             writer: WriterLock::new(Some(writer)),
             stage,
@@ -87,6 +90,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             state,
             unrouted: AtomicU64::new(0),
             unrouted_logged: AtomicBool::new(false),
+            metrics: TopicMetrics::new(&name),
+            name,
         }
     }
 
@@ -109,6 +114,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             return Err(PublishError::NoSubscriber(msgs));
         }
         self.unrouted.fetch_add(n, Ordering::Relaxed);
+        self.metrics.unrouted(n);
         if !self.unrouted_logged.swap(true, Ordering::Relaxed) {
             tracing::debug!(
                 topic = %self.name,
@@ -146,7 +152,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 return Err(PublishError::Closed(msg));
             };
             match writer.try_publish(msg) {
-                Ok(()) => break,
+                Ok(()) => {
+                    self.metrics.published(1);
+                    break;
+                }
                 Err(Full(back)) => msg = back,
             }
             // Full: wait for room (or the end of the context, or the close).
@@ -217,7 +226,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 return Err(PublishError::Closed(msg));
             };
             match writer.try_publish(msg) {
-                Ok(()) => break,
+                Ok(()) => {
+                    self.metrics.published(1);
+                    break;
+                }
                 Err(Full(back)) => msg = back,
             }
             match self.wait_room(guard, ctx).await {
@@ -251,6 +263,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             if self.state.refuses() {
                 return Err(PublishError::Closed(msg));
             }
+            self.metrics.full();
             return Err(PublishError::Full(msg));
         };
         // Under the writer, as in `admit`.
@@ -265,9 +278,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         } else {
             msg
         };
-        writer
-            .try_publish(msg)
-            .map_err(|Full(m)| PublishError::Full(m))
+        match writer.try_publish(msg) {
+            Ok(()) => {
+                self.metrics.published(1);
+                Ok(())
+            }
+            Err(Full(msg)) => {
+                self.metrics.full();
+                Err(PublishError::Full(msg))
+            }
+        }
     }
 
     pub(crate) async fn publish_batch<I>(
@@ -348,6 +368,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     })
                     .await;
                     total += n;
+                    self.metrics.published(n);
                     if unrouted && n > 0 {
                         let _ = self.unrouted((), n);
                     }
@@ -379,9 +400,19 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             return Some(Refused::Closed);
         }
         if !ctx.is_never() && ctx.is_done() {
+            self.cancelled(Duration::ZERO);
             return Some(Refused::Cancelled);
         }
         None
+    }
+
+    /// A publish was cancelled through its context after waiting `waited`: counted and
+    /// logged (see `observe`).
+    #[cold]
+    #[inline(never)]
+    fn cancelled(&self, waited: Duration) {
+        self.metrics.cancelled();
+        observe::cancelled(&self.name, waited);
     }
 
     /// Takes the writer if it is free (`Ok(Some)`), refusing if the bus now refuses the
@@ -424,9 +455,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         } else if ctx.is_never() {
             self.writer.lock().await
         } else {
+            let since = Instant::now();
             tokio::select! {
                 biased;
-                _ = ctx.done() => return Err(Refused::Cancelled),
+                _ = ctx.done() => {
+                    self.cancelled(since.elapsed());
+                    return Err(Refused::Cancelled);
+                }
                 guard = self.writer.lock() => guard,
             }
         };
@@ -439,7 +474,24 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// Waits for room in the ring, the end of `ctx`, or the bus closing (which only stops
     /// publishers from outside the handlers: see `BusState::refuses`). The writer stays
     /// locked, marked parked: `try_publish` meanwhile says `Full` at once.
+    ///
+    /// Counts the topic found full, and records the wait (room found, or cancelled) with how
+    /// long it took (see `observe`). Only ever called on a full ring, so the clock is read
+    /// off the hot path.
     async fn wait_room(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
+        self.metrics.full();
+        let since = Instant::now();
+        let wait = self.wait_room_untimed(guard, ctx).await;
+        match wait {
+            Wait::Room => observe::waited(&self.name, since.elapsed()),
+            Wait::Cancelled => self.cancelled(since.elapsed()),
+            Wait::Closed => {}
+        }
+        wait
+    }
+
+    /// `wait_room` without the count and the event.
+    async fn wait_room_untimed(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
         let mut parked = guard.park();
         let Some(writer) = parked.as_mut() else {
             return Wait::Closed;
