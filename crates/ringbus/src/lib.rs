@@ -81,6 +81,7 @@ mod idle;
 mod lock;
 mod map;
 mod progress;
+mod reply;
 mod retry;
 mod state;
 mod stats;
@@ -97,11 +98,12 @@ pub use app::{App, Health, HealthStatus};
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, TypeMismatch, Unpublished};
+pub use error::{Error, PublishError, RequestError, TypeMismatch, Unpublished};
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
+pub use reply::{Replier, ReplyFn, ReplyOutput, Request};
 pub use retry::{DeadLetter, RetryPolicy};
 pub use ringbus_core as ring;
 #[cfg(feature = "macros")]
