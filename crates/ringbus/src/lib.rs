@@ -54,12 +54,16 @@
 //!   timeout, retries.
 //! - [`RetryPolicy`]: retries with exponential backoff and jitter; [`DeadLetter`]: what a
 //!   subscriber publishes to its dead-letter topic when it gives up on a message.
+//! - [`Request`]: the message type of a request topic; [`Topic::request`] /
+//!   [`Topic::request_with`] ask, [`Bus::reply`] (or `#[subscriber("topic", reply)]`, a
+//!   [`Replier`]) answers; [`RequestError`] says why there was no reply.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
 //! - [`Stream`] (and [`StreamRef`]): a pull subscriber, `while let Some(msg) =
 //!   stream.next().await`, for code written against `tokio::sync::broadcast`.
 //! - [`testing`]: [`Recorder`](testing::Recorder) and [`Bus::wait_idle`], for a service's
 //!   tests.
-//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]), [`Error`],
+//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]),
+//!   [`RequestError`] (gives it back where the request was not sent), [`Error`],
 //!   [`TypeMismatch`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.

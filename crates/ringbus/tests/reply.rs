@@ -302,3 +302,13 @@ async fn subscriber_functions_with_reply_answer_requests() {
     ));
     bus.close().await;
 }
+
+/// Compile-time: requests and their errors cross tasks, and a request future is `Send`.
+#[allow(dead_code)]
+fn send_sync_unpin(prices: ringbus::Topic<Prices>) {
+    fn all<T: Send + Sync + Unpin>() {}
+    fn send<T: Send>(_: T) {}
+    all::<Request<u32, u64>>();
+    all::<RequestError<u32>>();
+    send(async move { prices.request(1).await });
+}
