@@ -13,11 +13,12 @@ mod kw {
     syn::custom_keyword!(batch);
     syn::custom_keyword!(retry);
     syn::custom_keyword!(dead_letter);
+    syn::custom_keyword!(reply);
 }
 
 /// What may follow the topic, for error messages.
 pub(crate) const VALID: &str =
-    "`publish(\"topic\")`, `name = \"...\"`, `capacity = N`, `stall_timeout = \"500ms\"`, `batch`, `retry(attempts = 3, backoff = \"10ms\")`, `dead_letter(\"topic\")`, `crate = \"path\"`";
+    "`publish(\"topic\")`, `name = \"...\"`, `capacity = N`, `stall_timeout = \"500ms\"`, `batch`, `reply`, `retry(attempts = 3, backoff = \"10ms\")`, `dead_letter(\"topic\")`, `crate = \"path\"`";
 
 /// What `retry(..)` takes, for error messages.
 pub(crate) const RETRY_VALID: &str =
@@ -40,6 +41,7 @@ const NAMES: &[&str] = &[
     "capacity",
     "stall_timeout",
     "batch",
+    "reply",
     "retry",
     "dead_letter",
     "crate",
@@ -100,6 +102,8 @@ pub(crate) struct Args {
     pub(crate) capacity: Option<Expr>,
     pub(crate) stall_timeout: Option<Expr>,
     pub(crate) batch: Option<Span>,
+    /// `reply`: the return value answers a request.
+    pub(crate) reply: Option<Span>,
     pub(crate) retry: Option<Retry>,
     pub(crate) dead_letter: Option<Expr>,
     pub(crate) krate: Option<Path>,
@@ -171,6 +175,7 @@ enum Arg {
     Capacity(Expr),
     StallTimeout(Expr),
     Batch(Span),
+    Reply(Span),
     Retry(Retry),
     DeadLetter(Expr),
     Crate(Path),
@@ -213,6 +218,10 @@ impl Parse for Arg {
         if look.peek(kw::batch) && !input.peek2(Token![=]) && !input.peek2(syn::token::Paren) {
             let kw: kw::batch = input.parse()?;
             return Ok(Arg::Batch(kw.span));
+        }
+        if look.peek(kw::reply) && !input.peek2(Token![=]) && !input.peek2(syn::token::Paren) {
+            let kw: kw::reply = input.parse()?;
+            return Ok(Arg::Reply(kw.span));
         }
         if input.peek(Token![crate]) && input.peek2(Token![=]) {
             input.parse::<Token![crate]>()?;
@@ -297,6 +306,7 @@ impl Parse for Args {
             capacity: None,
             stall_timeout: None,
             batch: None,
+            reply: None,
             retry: None,
             dead_letter: None,
             krate: None,
@@ -324,6 +334,7 @@ impl Parse for Args {
                 Arg::Capacity(c) => args.capacity = Some(c),
                 Arg::StallTimeout(d) => args.stall_timeout = Some(d),
                 Arg::Batch(s) => args.batch = Some(s),
+                Arg::Reply(s) => args.reply = Some(s),
                 Arg::Retry(r) => args.retry = Some(r),
                 Arg::DeadLetter(t) => args.dead_letter = Some(t),
                 Arg::Crate(p) => args.krate = Some(p),
@@ -361,6 +372,7 @@ mod tests {
         assert_eq!(did_you_mean("batc"), Some("batch"));
         assert_eq!(did_you_mean("nam"), Some("name"));
         assert_eq!(did_you_mean("retyr"), Some("retry"));
+        assert_eq!(did_you_mean("replay"), Some("reply"));
         assert_eq!(did_you_mean("dead_leter"), Some("dead_letter"));
         assert_eq!(
             super::nearest("atempts", super::RETRY_NAMES),

@@ -111,6 +111,9 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         }
     }
     let output = output_type(&sig.output);
+    if let Some(reply) = args.reply {
+        check_reply(&args, reply, &output, &sig.output)?;
+    }
     if let (Some(publish), Output::Unit) = (&args.publish, &output) {
         return Err(syn::Error::new_spanned(
             publish,
@@ -184,8 +187,34 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         ),
         (Some(_), Output::Unit) => unreachable!("checked above"),
     };
-    let handler_impl = match &message {
-        Message::Batch(_) => quote! {
+    let reply_ty = match (&args.reply, &output) {
+        (Some(_), Output::Value(r) | Output::Result(r)) => Some(r),
+        _ => None,
+    };
+    let handler_impl = match (&message, reply_ty) {
+        (_, Some(r)) => {
+            // `R` or `Result<R, E>`: `ReplyOutput` says which, and reports anything else on
+            // the return type.
+            let span = match &func.sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => proc_macro2::Span::call_site(),
+            };
+            let into_reply = quote_spanned!(span=> #krate::ReplyOutput::<#r>::into_reply(value));
+            quote! {
+                impl #krate::Replier<#msg_ty, #r> for __Handler {
+                    fn call<'a>(
+                        &'a self,
+                        msg: &'a #msg_ty,
+                    ) -> impl #krate::__private::Future<Output = ::core::result::Result<#r, #krate::HandlerError>> + ::core::marker::Send + 'a {
+                        async move {
+                            let value = #call;
+                            #into_reply
+                        }
+                    }
+                }
+            }
+        }
+        (Message::Batch(_), None) => quote! {
             impl #krate::BatchHandler<#msg_ty> for __Handler {
                 fn call<'a>(
                     &'a self,
@@ -198,7 +227,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
                 }
             }
         },
-        _ => quote! {
+        (_, None) => quote! {
             impl #krate::Handler<#msg_ty> for __Handler {
                 fn call<'a>(
                     &'a self,
@@ -221,6 +250,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         },
     };
     let subscribe = match &message {
+        _ if reply_ty.is_some() => quote!(bus.reply_with(self.topic(), #options, handler)),
         Message::Batch(_) => quote!(bus.subscribe_batch(self.topic(), #options, handler)),
         _ => quote!(bus.subscribe_with(self.topic(), #options, handler)),
     };
@@ -243,6 +273,10 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             );
         }
     });
+    let message_ty = match reply_ty {
+        Some(r) => quote!(#krate::Request<#msg_ty, #r>),
+        None => quote!(#msg_ty),
+    };
     let struct_doc =
         format!("The `#[subscriber]` handler `{ident}`: register it with `bus.register({ident})`.");
 
@@ -268,7 +302,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             #handler_impl
 
             impl #krate::Subscriber for #ident {
-                type Message = #msg_ty;
+                type Message = #message_ty;
 
                 fn topic(&self) -> &str {
                     #topic
@@ -295,6 +329,47 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             }
         };
     })
+}
+
+/// `reply` goes with a handler of one message at a time that returns its reply, and with
+/// none of the arguments that do something else with the outcome.
+fn check_reply(
+    args: &Args,
+    reply: proc_macro2::Span,
+    output: &Output,
+    written: &ReturnType,
+) -> syn::Result<()> {
+    let conflict = [
+        (
+            args.batch,
+            "`batch`: a batch handler cannot answer each request",
+        ),
+        (
+            args.publish.as_ref().map(|p| p.span()),
+            "`publish(..)`: a replier's return value is the reply, not a message to publish",
+        ),
+        (
+            args.retry.as_ref().map(|r| r.span),
+            "`retry(..)`: a replier does not retry (its requester waits for the first outcome)",
+        ),
+        (
+            args.dead_letter.as_ref().map(|d| d.span()),
+            "`dead_letter(..)`: a replier's failure goes to its requester",
+        ),
+    ];
+    if let Some((Some(span), why)) = conflict.into_iter().find(|(span, _)| span.is_some()) {
+        let mut error = syn::Error::new(span, format!("`reply` does not go with {why}"));
+        error.combine(syn::Error::new(reply, "`reply` given here"));
+        return Err(error);
+    }
+    if let Output::Unit = output {
+        let message = "a `reply` handler returns the reply: `-> R` or `-> Result<R, E>` (it returns `()` here)";
+        return Err(match written {
+            ReturnType::Type(_, ty) => syn::Error::new_spanned(ty, message),
+            ReturnType::Default => syn::Error::new(reply, message),
+        });
+    }
+    Ok(())
 }
 
 /// The message type from the first parameter's type.

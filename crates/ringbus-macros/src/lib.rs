@@ -33,8 +33,13 @@ mod expand;
 ///
 /// Arguments, after the topic (a string literal or a `const`): `publish("topic")`,
 /// `name = "..."`, `capacity = N`, `stall_timeout = "500ms"` (or any `Duration` expression),
-/// `batch`, `retry(..)`, `dead_letter("topic")`, `crate = "path"` (where `ringbus` is
-/// re-exported under another path).
+/// `batch`, `reply`, `retry(..)`, `dead_letter("topic")`, `crate = "path"` (where `ringbus`
+/// is re-exported under another path).
+///
+/// `reply` makes a replier: the topic carries `ringbus::Request<T, R>`, and the return value
+/// (`R`, or `Result<R, E>` whose `Err` the requester receives as
+/// `ringbus::RequestError::Failed`) answers each `topic.request(msg)`. It goes with neither
+/// `publish(..)`, `batch`, `retry(..)` nor `dead_letter(..)`, and needs a return value.
 ///
 /// `retry(attempts = 3, backoff = "10ms", max_backoff = "1s", multiplier = 2.0,
 /// jitter = true, panics = false)` (every setting optional; the defaults are

@@ -385,7 +385,7 @@ impl Bus {
 
     /// The topic a new subscriber of `topic` joins: refuses before making anything when no
     /// runtime could run the subscriber (or time its stall timeout).
-    fn subscribable<T: Send + Sync + 'static>(
+    pub(crate) fn subscribable<T: Send + Sync + 'static>(
         &self,
         topic: &str,
         options: &SubscribeOptions,

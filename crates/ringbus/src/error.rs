@@ -253,7 +253,7 @@ pub enum Error {
     /// An [`App`](crate::App) startup hook failed.
     Hook(String),
     /// The options asked for something this kind of subscriber does not do (the text says
-    /// what): a retry policy or a dead-letter topic on a batch subscriber.
+    /// what): a retry policy or a dead-letter topic on a batch subscriber or a replier.
     Unsupported(&'static str),
     /// A topic already has the configured maximum of subscribers.
     TooManySubscribers {
@@ -262,6 +262,11 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A request got no reply: nobody subscribes to its topic, or no subscriber replied
+    /// (from [`RequestError::NoResponders`] and [`RequestError::Unanswered`]).
+    NoResponders,
+    /// A request's replier failed: the error's text ([`RequestError::Failed`]).
+    ReplyFailed(String),
 }
 
 impl fmt::Display for Error {
@@ -304,6 +309,8 @@ impl fmt::Display for Error {
                     "topic \"{topic}\" already has its maximum of {max} subscribers"
                 )
             }
+            Error::NoResponders => f.write_str("the request got no reply: no replier"),
+            Error::ReplyFailed(text) => write!(f, "the replier failed: {text}"),
         }
     }
 }
@@ -318,6 +325,124 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::Full(_) => Error::Full,
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
             PublishError::NoSubscriber(_) => Error::NoSubscriber,
+        }
+    }
+}
+
+/// Why a [request](crate::Topic::request) got no reply.
+///
+/// Where the request was not sent, the message comes back (`NoResponders`, `Closed`, and
+/// `Timeout` / `Cancelled` with `Some`); once it was sent, handlers have borrowed it in
+/// place and it stays in the topic, so the error carries nothing (`None`).
+/// [`into_message`](Self::into_message) takes it back whatever the variant. Its `Debug`
+/// does not require `T: Debug`. Non-exhaustive: a `match` ends with a `_` arm.
+#[non_exhaustive]
+pub enum RequestError<T> {
+    /// The topic has no subscriber: the request was not sent.
+    NoResponders(T),
+    /// Every subscriber present when the request was sent handled it (or ended without
+    /// doing so), and none replied: the topic's subscribers are not repliers (plain
+    /// handlers or streams of `Request<T, R>`), or the replier was detached after a stall
+    /// or stopped by a bounded close.
+    Unanswered,
+    /// The request's [`Context`](crate::Context) deadline passed: before the request was
+    /// sent (`Some(msg)`: no subscriber saw it), or while waiting for the reply (`None`:
+    /// a reply that comes later is dropped and counted in
+    /// [`SubscriberStats::late_replies`](crate::SubscriberStats::late_replies)).
+    Timeout(Option<T>),
+    /// The request's [`Context`](crate::Context) was cancelled (its token): as `Timeout`.
+    Cancelled(Option<T>),
+    /// The replier failed: its handler returned `Err` (the error's text) or panicked
+    /// ("panicked: " and the panic's message). The failure is also logged and counted on
+    /// the replier, as any handler's.
+    Failed(String),
+    /// The bus is closed (or closing): the request was not sent.
+    Closed(T),
+}
+
+impl<T> RequestError<T> {
+    /// Takes the message back, if the request was not sent.
+    pub fn into_message(self) -> Option<T> {
+        match self {
+            RequestError::NoResponders(m) | RequestError::Closed(m) => Some(m),
+            RequestError::Timeout(m) | RequestError::Cancelled(m) => m,
+            RequestError::Unanswered | RequestError::Failed(_) => None,
+        }
+    }
+
+    /// The message, by reference, if the request was not sent.
+    pub fn message(&self) -> Option<&T> {
+        match self {
+            RequestError::NoResponders(m) | RequestError::Closed(m) => Some(m),
+            RequestError::Timeout(m) | RequestError::Cancelled(m) => m.as_ref(),
+            RequestError::Unanswered | RequestError::Failed(_) => None,
+        }
+    }
+
+    /// True if the request reached the topic's subscribers (so handlers saw it).
+    pub fn was_sent(&self) -> bool {
+        match self {
+            RequestError::NoResponders(_) | RequestError::Closed(_) => false,
+            RequestError::Timeout(m) | RequestError::Cancelled(m) => m.is_none(),
+            RequestError::Unanswered | RequestError::Failed(_) => true,
+        }
+    }
+}
+
+impl<T> fmt::Debug for RequestError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sent = |m: &Option<T>| if m.is_some() { "(Some(..))" } else { "(None)" };
+        match self {
+            RequestError::NoResponders(_) => f.write_str("NoResponders(..)"),
+            RequestError::Unanswered => f.write_str("Unanswered"),
+            RequestError::Timeout(m) => write!(f, "Timeout{}", sent(m)),
+            RequestError::Cancelled(m) => write!(f, "Cancelled{}", sent(m)),
+            RequestError::Failed(text) => f.debug_tuple("Failed").field(text).finish(),
+            RequestError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for RequestError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::NoResponders(_) => {
+                f.write_str("the topic has no subscriber; the request was not sent")
+            }
+            RequestError::Unanswered => f.write_str(
+                "every subscriber of the topic handled the request and none replied \
+                 (no replier: subscribe one with `reply`)",
+            ),
+            RequestError::Timeout(Some(_)) => {
+                f.write_str("the request's deadline passed before it was sent")
+            }
+            RequestError::Timeout(None) => {
+                f.write_str("the request's deadline passed before a reply came")
+            }
+            RequestError::Cancelled(Some(_)) => {
+                f.write_str("the request was cancelled by its context before it was sent")
+            }
+            RequestError::Cancelled(None) => {
+                f.write_str("the request was cancelled by its context before a reply came")
+            }
+            RequestError::Failed(text) => write!(f, "the replier failed: {text}"),
+            RequestError::Closed(_) => f.write_str("the bus is closed; the request was not sent"),
+        }
+    }
+}
+
+impl<T> std::error::Error for RequestError<T> {}
+
+impl<T> From<RequestError<T>> for Error {
+    /// `NoResponders` and `Unanswered` become [`Error::NoResponders`], `Timeout` and
+    /// `Cancelled` [`Error::Cancelled`], `Failed` [`Error::ReplyFailed`], `Closed`
+    /// [`Error::Closed`].
+    fn from(e: RequestError<T>) -> Self {
+        match e {
+            RequestError::NoResponders(_) | RequestError::Unanswered => Error::NoResponders,
+            RequestError::Timeout(_) | RequestError::Cancelled(_) => Error::Cancelled,
+            RequestError::Failed(text) => Error::ReplyFailed(text),
+            RequestError::Closed(_) => Error::Closed,
         }
     }
 }

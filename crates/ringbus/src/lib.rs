@@ -77,12 +77,16 @@
 //!   timeout, retries.
 //! - [`RetryPolicy`]: retries with exponential backoff and jitter; [`DeadLetter`]: what a
 //!   subscriber publishes to its dead-letter topic when it gives up on a message.
+//! - [`Request`]: the message type of a request topic; [`Topic::request`] /
+//!   [`Topic::request_with`] ask, [`Bus::reply`] (or `#[subscriber("topic", reply)]`, a
+//!   [`Replier`]) answers; [`RequestError`] says why there was no reply.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
 //! - [`Stream`] (and [`StreamRef`]): a pull subscriber, `while let Some(msg) =
 //!   stream.next().await`, for code written against `tokio::sync::broadcast`.
 //! - [`testing`]: [`Recorder`](testing::Recorder) and [`Bus::wait_idle`], for a service's
 //!   tests.
-//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]), [`Error`],
+//! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]),
+//!   [`RequestError`] (gives it back where the request was not sent), [`Error`],
 //!   [`TypeMismatch`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.
@@ -105,6 +109,7 @@ mod lock;
 mod map;
 mod observe;
 mod progress;
+mod reply;
 mod retry;
 mod state;
 mod stats;
@@ -121,11 +126,12 @@ pub use app::{App, Health, HealthStatus};
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, TypeMismatch, Unpublished};
+pub use error::{Error, PublishError, RequestError, TypeMismatch, Unpublished};
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
+pub use reply::{Replier, ReplyFn, ReplyOutput, Request};
 pub use retry::{DeadLetter, RetryPolicy};
 pub use ringbus_core as ring;
 #[cfg(feature = "macros")]

@@ -62,6 +62,13 @@ pub struct SubscriberStats {
     pub dead_lettered: u64,
     /// Dead letters that could not be published (each logged at `error`).
     pub dead_letter_failures: u64,
+    /// Replies of a [replier](crate::Bus::reply) that reached no requester because it had
+    /// stopped waiting (its [`Context`](crate::Context) ended, or its future was dropped):
+    /// dropped, never handed to another request.
+    pub late_replies: u64,
+    /// Replies of a replier that reached no requester because another replier of the topic
+    /// had answered the request first (the first answer wins).
+    pub duplicate_replies: u64,
 }
 
 /// What [`Bus::close_with`](crate::Bus::close_with) left unhandled when its context ended

@@ -115,6 +115,10 @@ pub(crate) struct SubShared {
     pub(crate) retries: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) dead_letter_failures: AtomicU64,
+    /// A replier's replies that reached no requester (see `reply`): it had stopped waiting,
+    /// or another replier had answered first.
+    pub(crate) late_replies: AtomicU64,
+    pub(crate) duplicate_replies: AtomicU64,
     /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
     /// `unsubscribe`, Acquire load by the task.
     stop_at: AtomicU64,
@@ -161,6 +165,8 @@ impl SubShared {
             retries: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             dead_letter_failures: AtomicU64::new(0),
+            late_replies: AtomicU64::new(0),
+            duplicate_replies: AtomicU64::new(0),
             stop_at: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
             done: Done::default(),
@@ -245,6 +251,8 @@ impl SubShared {
             retries: self.retries.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             dead_letter_failures: self.dead_letter_failures.load(Ordering::Relaxed),
+            late_replies: self.late_replies.load(Ordering::Relaxed),
+            duplicate_replies: self.duplicate_replies.load(Ordering::Relaxed),
         }
     }
 

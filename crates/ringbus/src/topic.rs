@@ -43,7 +43,7 @@ pub(crate) struct TopicInner<T> {
     writer: WriterLock<Option<Writer<T>>>,
     stage: Stage<T>,
     subscribers: Mutex<Vec<Arc<SubShared>>>,
-    state: Arc<BusState>,
+    pub(crate) state: Arc<BusState>,
     /// Delivery receipts (`publish_tracked`).
     tracker: Arc<Tracker>,
     /// Messages published while the topic had no subscriber (they reach nobody). Written
@@ -539,6 +539,24 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             });
         }
         self.spawn(options, move |reader, sub| {
+            subscriber::run(reader, handler, sub)
+        })
+    }
+
+    /// Subscribes the handler `make` builds from the subscriber's shared state (for wrappers
+    /// that count in it, such as a replier: see `reply`). No retry wrapper: the caller
+    /// refuses those options.
+    pub(crate) fn subscribe_made<H, M>(
+        self: &Arc<Self>,
+        options: SubscribeOptions,
+        make: M,
+    ) -> Result<Subscription, Error>
+    where
+        H: Handler<T>,
+        M: FnOnce(&Arc<SubShared>) -> H,
+    {
+        self.spawn(options, move |reader, sub| {
+            let handler = make(&sub);
             subscriber::run(reader, handler, sub)
         })
     }

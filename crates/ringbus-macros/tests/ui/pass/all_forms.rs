@@ -1,6 +1,6 @@
 //! Every accepted form of `#[subscriber]`, registered on a real bus and run.
 
-use ringbus::{subscriber, Batch, Bus, State};
+use ringbus::{subscriber, Batch, Bus, Request, State};
 
 #[derive(Debug, Clone)]
 struct Order {
@@ -72,6 +72,20 @@ async fn retrying(order: &Order) -> Result<(), BillingError> {
 #[subscriber("orders", dead_letter("orders.dead.copies"))]
 async fn dead_copies(_order: Order) {}
 
+/// A replier with state, taking the message by value; and a fallible one.
+#[subscriber("order.totals", reply, name = "totals", stall_timeout = "1s")]
+async fn total(order: Order, db: State<Db>) -> String {
+    format!("{}{}", db.prefix, order.id)
+}
+
+#[subscriber("order.checks", reply, crate = "::ringbus")]
+async fn check(order: &Order) -> Result<u64, BillingError> {
+    if order.id == 0 {
+        return Err(BillingError);
+    }
+    Ok(order.id)
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -86,7 +100,14 @@ fn main() {
         let _ = bus.register(with_path).unwrap();
         let _ = bus.register(retrying).unwrap();
         let _ = bus.register(dead_copies).unwrap();
+        let _ = bus.register(total).unwrap();
+        let _ = bus.register(check).unwrap();
         bus.publish("orders", Order { id: 1 }).await.unwrap();
+        let totals = bus.topic::<Request<Order, String>>("order.totals").unwrap();
+        assert_eq!(totals.request(Order { id: 7 }).await.unwrap(), "r7");
+        let checks = bus.topic::<Request<Order, u64>>("order.checks").unwrap();
+        assert_eq!(checks.request(Order { id: 3 }).await.unwrap(), 3);
+        assert!(checks.request(Order { id: 0 }).await.is_err());
         bus.close().await;
         let stats = bus.stats();
         let topic = stats.topics.iter().find(|t| t.name == "receipts").unwrap();

@@ -1,0 +1,8 @@
+use ringbus::subscriber;
+
+struct Quote;
+
+#[subscriber("prices", reply)]
+async fn price(_quote: &Quote) {}
+
+fn main() {}
