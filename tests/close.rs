@@ -483,17 +483,21 @@ async fn close_waits_for_an_outside_publish_in_flight() {
     assert_eq!(chain.stats().errors, 0);
 }
 
-/// A bounded close that ends while a handler is blocked without yielding (here: spinning on
-/// a flag on its worker thread) cannot abort that subscriber until the handler yields. Its
-/// report must say what is true when it returns: that subscriber is still running; one whose
-/// handler was waiting (yielding) was aborted.
+/// A bounded close that ends while a handler is blocked without yielding (here: blocked on a
+/// std channel on its worker thread) cannot abort that subscriber until the handler yields.
+/// Its report must say what is true when it returns: that subscriber is still running; one
+/// whose handler was waiting (yielding) was aborted.
+///
+/// The handler blocks in the kernel rather than spinning, and the waiting one says so from
+/// its future's first poll: with a spinning handler, three busy threads on two cores let the
+/// waiting subscriber's worker be preempted inside its first poll, and the close then rightly
+/// reported that task running (1 run in 100).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounded_close_reports_a_handler_that_does_not_yield_as_running() {
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let bus = Bus::builder().capacity(8).build();
-    let release = Arc::new(AtomicBool::new(false));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let spinning = release.clone();
     let blocked = bus
         .subscribe_with(
             "t",
@@ -501,28 +505,42 @@ async fn bounded_close_reports_a_handler_that_does_not_yield_as_running() {
             move |m: &u64| {
                 let _ = entered_tx.send(*m);
                 // Blocks its worker thread: no yield until released.
-                while !spinning.load(SeqCst) {
-                    std::hint::spin_loop();
+                if let Ok(released) = released.lock() {
+                    let _ = released.recv();
                 }
                 std::future::ready(())
             },
         )
         .unwrap();
+    let (waiting_tx, mut waiting_entered) = tokio::sync::mpsc::unbounded_channel();
     let waiting = bus
-        .subscribe_with("t", SubscribeOptions::new().name("waiting"), |_: &u64| {
-            std::future::pending::<()>()
-        })
+        .subscribe_with(
+            "t",
+            SubscribeOptions::new().name("waiting"),
+            move |m: &u64| {
+                let waiting_tx = waiting_tx.clone();
+                let m = *m;
+                // Pending for ever; says so from its first poll, just before returning.
+                std::future::poll_fn(move |_| {
+                    let _ = waiting_tx.send(m);
+                    std::task::Poll::<()>::Pending
+                })
+            },
+        )
         .unwrap();
     for m in 0..4u64 {
         bus.publish("t", m).await.unwrap();
     }
     assert_eq!(entered.recv().await, Some(0));
+    assert_eq!(waiting_entered.recv().await, Some(0));
 
     let token = CancellationToken::new();
     token.cancel();
     let report = bus.close_with(&Context::from(token)).await;
     let still_running = blocked.stats().running;
-    release.store(true, SeqCst);
+    for _ in 0..4 {
+        let _ = release.send(()); // one per message left: the subscriber ends as its ring is read
+    }
 
     assert!(!report.complete);
     let reported: Vec<_> = report

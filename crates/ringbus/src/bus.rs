@@ -17,8 +17,8 @@ use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
 use crate::progress::Progress;
 use crate::state::{State, States};
-use crate::stats::{BusStats, CloseReport};
-use crate::subscriber::{Subscription, CURRENT_SUBSCRIBER};
+use crate::stats::{BusStats, CloseReport, Unhandled};
+use crate::subscriber::{SubShared, Subscription, CURRENT_SUBSCRIBER};
 use crate::topic::{AnyTopic, TopicInner};
 
 /// What every topic of a bus shares (kept apart from the registry so topics do not keep it
@@ -331,6 +331,44 @@ impl fmt::Debug for BusBuilder {
 impl Default for Bus {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// How long a bounded close waits for a subscriber task it met in the middle of a poll
+/// before reporting it running (see [`Bus::close_with`]).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// A bounded close's grace for the tasks it met in the middle of a poll: most such polls are
+/// about to return (the handler yields, or the worker thread was preempted right there), and
+/// the abort ends the task as soon as one does. Waits up to [`STOP_GRACE`] for those tasks to
+/// end, then marks each that did (or that is now between polls) as not running, so that only
+/// a handler that really does not yield is reported running.
+async fn grace(stopped: &mut [(Arc<SubShared>, Unhandled)]) {
+    if !stopped.iter().any(|(_, u)| u.running) {
+        return;
+    }
+    if crate::time::has_time_driver() {
+        let ended = async {
+            for (sub, _) in stopped.iter().filter(|(_, u)| u.running) {
+                sub.done.cancelled().await;
+            }
+        };
+        let _ = tokio::time::timeout(STOP_GRACE, ended).await;
+    } else {
+        // No timer to bound a wait: look again for the same time, letting the operating
+        // system run the preempted threads meanwhile.
+        let started = std::time::Instant::now();
+        while started.elapsed() < STOP_GRACE
+            && stopped.iter().any(|(sub, u)| u.running && !sub.ended())
+        {
+            std::thread::yield_now();
+            tokio::task::yield_now().await;
+        }
+    }
+    for (sub, unhandled) in stopped.iter_mut() {
+        if unhandled.running && sub.try_stop() {
+            unhandled.running = false;
+        }
     }
 }
 
@@ -733,10 +771,12 @@ impl Bus {
     /// running are aborted and the report says what each left unhandled.
     ///
     /// tokio can abort a task only between two polls. A subscriber whose handler is running
-    /// and has not yielded when `ctx` ends cannot be stopped at once: it is reported with
-    /// [`running`](crate::Unhandled::running) true, takes no further message, and ends when
-    /// that handler call returns (or at its next yield). Every other one is stopped before
-    /// this returns: it runs no handler again.
+    /// and has not yielded when `ctx` ends cannot be stopped at once. One met in the middle of
+    /// a poll gets a grace of 2 ms to return from it (most polls take microseconds; an
+    /// operating-system preemption can stretch one); one still in that poll after the grace is
+    /// reported with [`running`](crate::Unhandled::running) true, takes no further message,
+    /// and ends when that handler call returns (or at its next yield). Every other one is
+    /// stopped before this returns: it runs no handler again.
     ///
     /// From inside a handler, as [`close`](Self::close): the drain starts in the background
     /// (unbounded) and the report says `complete: false` with nothing listed.
@@ -770,10 +810,12 @@ impl Bus {
             };
         }
         let topics = self.topics();
-        let mut unfinished = Vec::new();
+        let mut stopped = Vec::new();
         for topic in &topics {
-            unfinished.extend(topic.stop_subscribers());
+            stopped.extend(topic.stop_subscribers());
         }
+        grace(&mut stopped).await;
+        let unfinished: Vec<Unhandled> = stopped.into_iter().map(|(_, u)| u).collect();
         for topic in &topics {
             topic.close().await;
         }

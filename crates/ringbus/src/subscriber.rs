@@ -206,10 +206,21 @@ impl SubShared {
     /// and is aborted. True if it will run no handler again; false if a poll is under way (a
     /// handler call that has not yielded cannot be stopped: the task ends after it).
     pub(crate) fn stop(&self) -> bool {
+        // The compare-and-swap comes first: lowering `stop_at` and aborting both wake the
+        // task, and a worker that polled it before the swap would make an idle task look
+        // busy (a handler parked in a pending future was reported running, 1 close in 100).
+        let stopped = self.try_stop();
         self.stop_at(0);
         if let Some(abort) = self.abort.get() {
             abort.abort();
         }
+        stopped
+    }
+
+    /// The compare-and-swap of [`stop`](Self::stop) alone, tried again by a bounded close
+    /// on a task it met in the middle of a poll: true once the task is stopped between two
+    /// polls or has ended (the abort ends it as soon as that poll returns).
+    pub(crate) fn try_stop(&self) -> bool {
         // AcqRel: won, it reads from the task's Release store of `IDLE` after its last poll,
         // so the position we then report is final.
         match self

@@ -72,7 +72,7 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
     /// Stops every subscriber still running (`SubShared::stop`), and says which ones had
     /// messages left, how many, and whether they are still running.
-    fn stop_subscribers(&self) -> Vec<Unhandled>;
+    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)>;
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
@@ -758,7 +758,7 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         })
     }
 
-    fn stop_subscribers(&self) -> Vec<Unhandled> {
+    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)> {
         let running: Vec<_> = self
             .subscribers()
             .into_iter()
@@ -770,16 +770,19 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
             .collect();
         let published = self.published();
         running
-            .iter()
-            .map(|(s, stopped)| Unhandled {
-                topic: self.name.to_string(),
-                subscriber: s.name.to_string(),
-                messages: published.saturating_sub(s.position()),
-                running: !stopped,
+            .into_iter()
+            .map(|(s, stopped)| {
+                let unhandled = Unhandled {
+                    topic: self.name.to_string(),
+                    subscriber: s.name.to_string(),
+                    messages: published.saturating_sub(s.position()),
+                    running: !stopped,
+                };
+                (s, unhandled)
             })
             // An idle subscriber (caught up, so not in a handler) left nothing unhandled; it
             // is still running only because the rings close after the drain.
-            .filter(|u| u.messages > 0)
+            .filter(|(_, u)| u.messages > 0)
             .collect()
     }
 }
