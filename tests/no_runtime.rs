@@ -210,3 +210,43 @@ fn a_deadline_without_a_time_driver_does_not_panic() {
         Err(_) => panic!("a deadline panicked on a runtime without a time driver"),
     }
 }
+
+/// A bounded close that meets a subscriber in the middle of a poll gives that poll a grace
+/// before reporting it running. On a runtime without a time driver the grace cannot use a
+/// timer: the close still reports the truth, and does not panic.
+#[test]
+fn a_bounded_close_meeting_a_busy_handler_without_a_time_driver_does_not_panic() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let bus = Bus::builder().capacity(4).build();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let blocked = bus
+                .subscribe("t", move |_: &u64| {
+                    let _ = entered_tx.send(());
+                    if let Ok(released) = released.lock() {
+                        let _ = released.recv(); // blocks its worker thread: no yield
+                    }
+                    std::future::ready(())
+                })
+                .unwrap();
+            bus.publish("t", 1u64).await.unwrap();
+            entered.recv().unwrap();
+            let token = ringbus::CancellationToken::new();
+            token.cancel();
+            let report = bus.close_with(&ringbus::Context::from(token)).await;
+            let _ = release.send(());
+            blocked.unsubscribe().await;
+            report
+        })
+    }));
+    let report = outcome.expect("a bounded close panicked on a runtime without timers");
+    assert!(!report.complete, "{report:?}");
+    assert_eq!(report.unfinished.len(), 1, "{report:?}");
+    assert!(report.unfinished[0].running, "{report:?}");
+}
