@@ -122,13 +122,19 @@ async fn publish_round(bus: &Bus, topic: &Topic<u64>, deliveries: &Deliveries, n
     deliveries.wait_for(goal).await;
 }
 
+/// A current-thread runtime: the subscriber tasks run on the measuring thread, so their
+/// allocations count.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn steady_state_publish_and_delivery_allocate_nothing() {
     const N: u64 = 10_000;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let deliveries = Deliveries::new();
@@ -186,10 +192,7 @@ fn steady_state_publish_and_delivery_allocate_nothing() {
 #[test]
 fn bytes_per_subscribe_and_unsubscribe() {
     const CYCLES: u64 = 200;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let topic = bus.topic::<u64>("ticks").unwrap();
@@ -239,10 +242,7 @@ fn bytes_per_subscribe_and_unsubscribe() {
 #[test]
 fn batches_and_a_queued_publisher_allocate_nothing() {
     const N: u64 = 4_096;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let deliveries = Deliveries::new();
@@ -315,10 +315,7 @@ fn a_streams_deliveries_allocate_nothing() {
             }
         }
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let topic = bus.topic::<u64>("ticks").unwrap();
@@ -345,10 +342,7 @@ fn retries_allocate_nothing() {
             f.write_str("not yet")
         }
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let deliveries = Deliveries::new();
