@@ -49,7 +49,8 @@ impl Visit for Fields {
 struct Captured {
     name: String,
     fields: Fields,
-    /// For an event: the name and fields of the span it happened in, if any.
+    /// The name and fields of its parent span (for an event: the span it happened in), if
+    /// any.
     parent: Option<(String, Fields)>,
 }
 
@@ -113,10 +114,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
         if let Some(span) = ctx.span(&id) {
             let fields = span.extensions().get::<Fields>().cloned();
+            let parent = span.parent().map(|parent| {
+                let fields = parent.extensions().get::<Fields>().cloned();
+                (parent.name().to_string(), fields.unwrap_or_default())
+            });
             self.spans.lock().unwrap().push(Captured {
                 name: span.name().to_string(),
                 fields: fields.unwrap_or_default(),
-                parent: None,
+                parent,
             });
         }
     }
@@ -323,4 +328,75 @@ async fn a_publish_that_waits_for_room_or_is_cancelled_records_how_long_it_waite
             (cancelled, "0ns".to_string()),
         ]
     );
+}
+
+#[tokio::test]
+async fn a_handler_span_is_a_child_of_the_span_its_publish_gave() {
+    let capture = capture();
+    let bus = Bus::new();
+    let (tx, mut handled) = mpsc::unbounded_channel();
+    let mut subs = Vec::new();
+    for name in ["one", "two"] {
+        let tx = tx.clone();
+        let sub = bus.subscribe_with(
+            "span-parented",
+            SubscribeOptions::new().name(name),
+            move |m: &u64| {
+                let (m, tx) = (*m, tx.clone());
+                async move {
+                    let _ = tx.send(m);
+                }
+            },
+        );
+        subs.push(sub.unwrap());
+    }
+    let topic = bus.topic::<u64>("span-parented").unwrap();
+    let parent = |m: u64| tracing::info_span!("received", topic = "span-parented-in", m);
+    topic
+        .publish_with(&Context::new().with_parent(parent(0)), 0)
+        .await
+        .unwrap();
+    topic.publish(1).await.unwrap(); // no parent: the task's current span (none)
+    let receipt = topic
+        .publish_tracked(&Context::new().with_parent(parent(2)), 2)
+        .await
+        .unwrap();
+    assert!(receipt.wait().await.is_ok());
+    let mut got = take(&mut handled, 6).await;
+    got.sort();
+    assert_eq!(got, [0, 0, 1, 1, 2, 2]);
+    bus.close().await;
+
+    let mut seen: Vec<_> = capture
+        .spans("span-parented")
+        .iter()
+        .map(|s| {
+            let parent = s
+                .parent
+                .as_ref()
+                .map(|(name, fields)| (name.clone(), fields.get("m").unwrap_or("").to_string()));
+            (
+                s.fields.get("position").unwrap_or("").to_string(),
+                s.fields.get("subscriber").unwrap_or("").to_string(),
+                parent,
+            )
+        })
+        .collect();
+    seen.sort();
+    let received = |m: &str| Some(("received".to_string(), m.to_string()));
+    let row = |p: &str, s: &str, parent| (p.to_string(), s.to_string(), parent);
+    assert_eq!(
+        seen,
+        [
+            row("0", "one", received("0")),
+            row("0", "two", received("0")),
+            row("1", "one", None),
+            row("1", "two", None),
+            row("2", "one", received("2")),
+            row("2", "two", received("2")),
+        ]
+    );
+    // Both subscribers took their parent: the bus holds the spans no longer, so they closed.
+    let closed = capture.spans("span-parented-in");
+    assert_eq!(closed.len(), 2, "{closed:#?}");
 }

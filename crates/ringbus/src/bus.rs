@@ -495,7 +495,7 @@ impl Bus {
         topic: &str,
         msg: T,
     ) -> Result<(), PublishError<T>> {
-        self.publish_with(&Context::new(), topic, msg).await
+        self.publish_with(&crate::context::NEVER, topic, msg).await
     }
 
     /// [`publish`](Self::publish) that gives up when `ctx` ends: `Err(Cancelled(msg))`, and no
@@ -595,7 +595,7 @@ impl Bus {
         I: IntoIterator<Item = T>,
     {
         match self.resolve::<T>(topic, None) {
-            Ok(t) => t.publish_batch(&Context::new(), msgs).await,
+            Ok(t) => t.publish_batch(&crate::context::NEVER, msgs).await,
             Err(e) => Err(PublishError::TypeMismatch(
                 Unpublished::new(msgs.into_iter()),
                 e,
@@ -960,7 +960,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
     ///
     /// As [`Bus::publish`].
     pub async fn publish(&self, msg: T) -> Result<(), PublishError<T>> {
-        self.inner.publish_with(&Context::new(), msg).await
+        self.inner.publish_with(&crate::context::NEVER, msg).await
     }
 
     /// As [`Bus::publish_with`], without the lookup.

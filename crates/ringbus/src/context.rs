@@ -1,9 +1,11 @@
-//! `Context`: a deadline and/or a cancellation signal for a publish, as Go's `ctx`.
+//! `Context`: a deadline and/or a cancellation signal for a publish, as Go's `ctx`, and the
+//! span its handler spans are children of.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 use crate::time::sleep_until;
 
@@ -36,7 +38,14 @@ use crate::time::sleep_until;
 pub struct Context {
     deadline: Option<Instant>,
     token: Option<CancellationToken>,
+    /// The parent of the handler spans of what is published with it.
+    parent: Option<Span>,
 }
+
+/// [`Context::new`], for the publishes without a context: a static, so a publish has no
+/// context to drop (with a span in it, the drop was a call: 13 instructions a publish in the
+/// cost gate).
+pub(crate) static NEVER: Context = Context::new();
 
 impl Context {
     /// A context that never ends.
@@ -44,6 +53,7 @@ impl Context {
         Self {
             deadline: None,
             token: None,
+            parent: None,
         }
     }
 
@@ -72,6 +82,48 @@ impl Context {
     pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
         self.token = Some(token);
         self
+    }
+
+    /// Makes `span` the parent of the `ringbus.handle` span of every handler call on a
+    /// message published with this context, as Go's `ctx` carries a trace. It limits
+    /// nothing.
+    ///
+    /// The handlers run in their subscribers' tasks, after the publish returned; without a
+    /// parent their spans have the one current in that task (usually none). A bridge that
+    /// publishes what it received from another process uses this to continue that
+    /// process's trace (`ringbus-nats`, feature `otel`). The bus keeps the span open until
+    /// every subscriber present at the publish has made its handler span from it, or the
+    /// topic has published a ring's worth of messages after it (a subscriber that skipped
+    /// it, left, or made no span); a disabled span (nobody listens) is not kept.
+    ///
+    /// Honoured by [`Topic::publish_with`](crate::Topic::publish_with),
+    /// [`Bus::publish_with`](crate::Bus::publish_with) and
+    /// [`Topic::publish_tracked`](crate::Topic::publish_tracked); a batch publish ignores it.
+    /// Such a publish takes a lock and allocates for its entry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bus = ringbus::Bus::new();
+    /// let _audit = bus.subscribe("orders", |_: &u64| async {})?;
+    /// let received = tracing::info_span!("received", order = 7);
+    /// let ctx = ringbus::Context::new().with_parent(received);
+    /// bus.publish_with(&ctx, "orders", 7u64).await?; // audit's span is a child of `received`
+    /// # Ok(()) }
+    /// ```
+    pub fn with_parent(mut self, span: Span) -> Self {
+        self.parent = Some(span);
+        self
+    }
+
+    /// The parent given with [`with_parent`](Self::with_parent), if any.
+    pub fn parent(&self) -> Option<&Span> {
+        self.parent.as_ref()
+    }
+
+    /// The parent to register for a publish: given, and enabled.
+    #[inline]
+    pub(crate) fn live_parent(&self) -> Option<&Span> {
+        self.parent.as_ref().filter(|span| !span.is_disabled())
     }
 
     /// The deadline, if any.

@@ -18,7 +18,9 @@
 //!   `topic`, `subscriber`, `position` (the message's place in its topic; a batch handler's
 //!   span adds `messages`), with `error` or `panic` recorded on it when the call fails. The
 //!   handler's own events are inside it. With nobody listening at `DEBUG`, the bus makes no
-//!   span: a handler call pays tracing's level check.
+//!   span: a handler call pays tracing's level check. A publish whose [`Context`] carries a
+//!   parent span ([`Context::with_parent`]) makes its handler spans children of it (how
+//!   `ringbus-nats` continues a remote trace).
 //! - **Waits.** A publish that waits for room records a `DEBUG` event with the time it waited
 //!   (`waited`); a publish cancelled through its [`Context`] records one with the time it had
 //!   waited.
@@ -108,6 +110,7 @@ mod idle;
 mod lock;
 mod map;
 mod observe;
+mod parent;
 mod progress;
 mod reply;
 mod retry;

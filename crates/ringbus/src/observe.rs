@@ -69,33 +69,55 @@ pub(crate) fn span_if_wanted(make: impl FnOnce() -> Span) -> Option<Span> {
     spans_wanted().then(make).filter(|span| !span.is_disabled())
 }
 
-/// The `ringbus.handle` span of one handler call on the message at `position`. Disabled, a
-/// `Span::none()`.
-#[inline]
+/// The `ringbus.handle` span of one handler call, with the fields given; `@parent $parent;`
+/// first makes it a child of `$parent`, else it is a child of the current span.
+macro_rules! handle_span {
+    ($(@parent $parent:expr;)? $sub:expr, $($field:tt)*) => {
+        tracing::debug_span!(
+            $(parent: $parent,)?
+            "ringbus.handle",
+            topic = %$sub.topic,
+            subscriber = %$sub.name,
+            $($field)*
+            error = tracing::field::Empty,
+            panic = tracing::field::Empty,
+        )
+    };
+}
+
+/// The `ringbus.handle` span of one handler call on the message at `position`: a child of
+/// the span its publish gave (`Context::with_parent`, see `parent`), else of the current
+/// one. Disabled, a `Span::none()`.
+#[inline(always)]
 pub(crate) fn handle_span(sub: &SubShared, position: u64) -> Span {
-    tracing::debug_span!(
-        "ringbus.handle",
-        topic = %sub.topic,
-        subscriber = %sub.name,
-        position,
-        error = tracing::field::Empty,
-        panic = tracing::field::Empty,
-    )
+    if sub.parents.outstanding() {
+        return parented_span(sub, position, None);
+    }
+    handle_span!(sub, position,)
 }
 
 /// The `ringbus.handle` span of one batch handler call on the `messages` messages from
-/// `position` on.
-#[inline]
+/// `position` on: a child of the first parent given to their publishes, if any.
+#[inline(always)]
 pub(crate) fn batch_span(sub: &SubShared, position: u64, messages: u64) -> Span {
-    tracing::debug_span!(
-        "ringbus.handle",
-        topic = %sub.topic,
-        subscriber = %sub.name,
-        position,
-        messages,
-        error = tracing::field::Empty,
-        panic = tracing::field::Empty,
-    )
+    if sub.parents.outstanding() {
+        return parented_span(sub, position, Some(messages));
+    }
+    handle_span!(sub, position, messages,)
+}
+
+/// A handler span while some publish gave a parent: off the path of the handler calls on a
+/// topic where none did (see `parent`).
+#[cold]
+#[inline(never)]
+fn parented_span(sub: &SubShared, position: u64, messages: Option<u64>) -> Span {
+    let parent = sub.parents.take(position, messages.unwrap_or(1));
+    match (parent, messages) {
+        (None, None) => handle_span!(sub, position,),
+        (None, Some(messages)) => handle_span!(sub, position, messages,),
+        (Some(parent), None) => handle_span!(@parent &parent; sub, position,),
+        (Some(parent), Some(messages)) => handle_span!(@parent &parent; sub, position, messages,),
+    }
 }
 
 /// A publish on `topic` waited `waited` for room and got it.

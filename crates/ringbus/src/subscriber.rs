@@ -39,6 +39,7 @@ use crate::coop;
 use crate::delivery::Tracker;
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
 use crate::observe::{self, Outcome, SubMetrics};
+use crate::parent::Parents;
 use crate::stats::SubscriberStats;
 use crate::topic::AnyTopic;
 
@@ -95,6 +96,8 @@ pub(crate) struct SubShared {
     bus: Arc<BusState>,
     /// The topic's delivery receipts.
     tracker: Arc<Tracker>,
+    /// The topic's parent spans (`Context::with_parent`), taken when making a handler span.
+    pub(crate) parents: Arc<Parents>,
     pub(crate) id: u64,
     pub(crate) name: SubName,
     pub(crate) topic: Arc<str>,
@@ -140,9 +143,12 @@ pub(crate) struct SubShared {
 }
 
 impl SubShared {
+    // One caller (`TopicInner::join`), which hands over the topic's shared pieces one by one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         bus: Arc<BusState>,
         tracker: Arc<Tracker>,
+        parents: Arc<Parents>,
         id: u64,
         name: Option<String>,
         topic: Arc<str>,
@@ -154,6 +160,7 @@ impl SubShared {
             metrics: SubMetrics::new(&topic, &name),
             bus,
             tracker,
+            parents,
             id,
             name,
             topic,

@@ -31,6 +31,7 @@ use crate::error::{Error, PublishError, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
 use crate::lock::{WriterGuard, WriterLock};
 use crate::observe::{self, TopicMetrics};
+use crate::parent::Parents;
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
 use crate::subscriber::{self, SubShared, Subscription, CURRENT_SUBSCRIBER};
 
@@ -46,6 +47,9 @@ pub(crate) struct TopicInner<T> {
     pub(crate) state: Arc<BusState>,
     /// Delivery receipts (`publish_tracked`).
     tracker: Arc<Tracker>,
+    /// The parent spans given to publishes (`Context::with_parent`), shared with the
+    /// subscribers (see `parent`).
+    parents: Arc<Parents>,
     /// Messages published while the topic had no subscriber (they reach nobody). Written
     /// under the writer lock, read by `stats`: Relaxed, it is a counter.
     unrouted: AtomicU64,
@@ -83,6 +87,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             .build_lazy();
         Self {
             capacity,
+            parents: Arc::new(Parents::new(writer.capacity())),
             writer: WriterLock::new(Some(writer)),
             stage,
             subscribers: Mutex::new(Vec::new()),
@@ -130,6 +135,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     pub(crate) async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
+        if let Some(parent) = ctx.live_parent() {
+            return self.publish_parented(ctx, parent, msg).await;
+        }
         if let Some(refused) = self.refused(ctx) {
             return Err(refused.with(msg));
         }
@@ -184,6 +192,50 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         ctx: &Context,
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
+        let (mut guard, position, msg) = self.locked_for(ctx, msg).await?;
+        let watch = Watch::new(&self.tracker, position);
+        let parent = ctx
+            .live_parent()
+            .map(|p| self.parents.register(position, p));
+        self.write_locked(&mut guard, ctx, msg).await?;
+        if let Some(parent) = parent {
+            parent.written(self.stage.readers());
+        }
+        drop(guard);
+        watch.keep();
+        let subscribers = self
+            .lock_subscribers()
+            .iter()
+            .filter(|s| s.start <= position)
+            .cloned()
+            .collect();
+        Ok(Delivery::new(self.tracker.clone(), position, subscribers))
+    }
+
+    /// `publish_with` of a message whose handler spans have a parent (`Context::with_parent`):
+    /// the parent is registered under the writer lock, before the message is written (see
+    /// `parent`). Off the hot path: `publish_with` only branches here.
+    async fn publish_parented(
+        &self,
+        ctx: &Context,
+        parent: &tracing::Span,
+        msg: T,
+    ) -> Result<(), PublishError<T>> {
+        let (mut guard, position, msg) = self.locked_for(ctx, msg).await?;
+        let registered = self.parents.register(position, parent);
+        self.write_locked(&mut guard, ctx, msg).await?;
+        registered.written(self.stage.readers());
+        Ok(())
+    }
+
+    /// The start of the publishes off the hot path: refused at once or admitted (see
+    /// `refused`, `admitted`), the writer locked and open, the unrouted publish counted (or
+    /// refused). Returns the guard, the position the message will have, and the message.
+    async fn locked_for(
+        &self,
+        ctx: &Context,
+        msg: T,
+    ) -> Result<(Guard<'_, T>, u64, T), PublishError<T>> {
         if let Some(refused) = self.refused(ctx) {
             return Err(refused.with(msg));
         }
@@ -195,23 +247,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
+        let position = writer.published();
         let msg = if self.unrouted_now() {
             self.unrouted(msg, 1)?
         } else {
             msg
         };
-        let position = writer.published();
-        let watch = Watch::new(&self.tracker, position);
-        self.write_locked(&mut guard, ctx, msg).await?;
-        drop(guard);
-        watch.keep();
-        let subscribers = self
-            .lock_subscribers()
-            .iter()
-            .filter(|s| s.start <= position)
-            .cloned()
-            .collect();
-        Ok(Delivery::new(self.tracker.clone(), position, subscribers))
+        Ok((guard, position, msg))
     }
 
     /// The room loop of a publish, with the writer locked: as in `publish_with`.
@@ -632,6 +674,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let sub = SubShared::new(
             self.state.clone(),
             self.tracker.clone(),
+            self.parents.clone(),
             id,
             named,
             self.name.clone(),
