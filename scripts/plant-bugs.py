@@ -110,6 +110,17 @@ BUGS = [
      "        ringbus_core::__private::light_fence();\n        if self.watchers",
      "        if self.watchers",
      loom("ringbus", "progress::loom_tests::loom_close_sees_the_subscriber_catch_up")),
+    ("bus parents: a handler span ignores the parent its publish gave",
+     BUS + "observe.rs",
+     "        (Some(parent), None) => handle_span!(@parent &parent; sub, position,),\n",
+     "        (Some(_), None) => handle_span!(sub, position,),\n",
+     plain("ringbus-suite", "spans", "a_handler_span_is_a_child_of_the_span_its_publish_gave")),
+    ("nats otel: an export carries no traceparent",
+     "crates/ringbus-nats/src/otel.rs",
+     "        TraceContextPropagator::new().inject_context(&cx, &mut Headers(headers));\n",
+     "        let _ = (cx, Headers(headers));\n",
+     ({}, ["cargo", "test", "-q", "-p", "ringbus-nats", "--features", "otel", "--test", "otel",
+           "--", "--exact", "the_trace_crosses_nats_core"])),
 ]
 
 

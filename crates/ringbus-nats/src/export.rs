@@ -100,13 +100,14 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             return Ok(());
         }
         let origin = self.acks.as_ref().map(|_| self.link.id.as_str());
-        let message = encode(
+        let mut message = encode(
             &self.codec,
             msg,
             &self.topic,
             origin,
             self.link.max_message_bytes,
         )?;
+        crate::otel::inject(&mut message.headers);
         match &self.acks {
             None => {
                 self.link

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
-use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
+use ringbus::{Delivered, Delivery, PublishError, Topic};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
@@ -156,7 +156,8 @@ async fn core_loop<T, C>(
             continue;
         };
         // Not cancelled by the close: a message taken from NATS is handed over.
-        match local.publish(msg).await {
+        let ctx = crate::otel::context(local.name(), &subject, message.headers.as_ref());
+        match local.publish_with(&ctx, msg).await {
             Ok(()) => add(&link.counters.imported),
             Err(e) => {
                 tracing::warn!(
@@ -257,7 +258,8 @@ async fn js_loop<T, C>(
                     continue;
                 }
             };
-            match local.publish_tracked(&Context::new(), msg).await {
+            let ctx = crate::otel::context(local.name(), &subject, message.headers.as_ref());
+            match local.publish_tracked(&ctx, msg).await {
                 Ok(delivery) => {
                     add(&link.counters.imported);
                     link.held.fetch_add(1, Ordering::Relaxed);
