@@ -9,10 +9,11 @@
 //! the handler's future; a failed call records `error` or `panic` on it. A publish that waits
 //! for room records a `DEBUG` event with the time it waited (`waited`); one that is cancelled
 //! records one with the time it had waited when it was. With nobody listening at `DEBUG`, a
-//! handler call pays tracing's level check (a load of the global maximum level and a
-//! compare) and makes no span at all; with a subscriber that wants `DEBUG` but not this span,
-//! the callsite's cached interest answers and, again, the call runs without a span
-//! ([`span_if_wanted`]). The events are made on the waiting paths only. The costs, measured:
+//! handler call makes no span at all: a one-message subscriber task looks at tracing's level
+//! ([`spans_wanted`]) only where it would wait, and runs a copy of its loop without span code
+//! until then (`subscriber::run`); a batch subscriber looks once per batch
+//! ([`span_if_wanted`]). With a subscriber that wants `DEBUG` but not this span, the
+//! callsite's cached interest answers and, again, the call runs without a span. The events are made on the waiting paths only. The costs, measured:
 //! `docs/benchmarks/observability.md`.
 //!
 //! # Metrics (feature `metrics`)
@@ -51,12 +52,11 @@ use tracing::Span;
 use crate::subscriber::SubShared;
 
 /// True if some subscriber may want `DEBUG` spans: the first check of tracing's macros (the
-/// compile-time and the current maximum level), made before anything else so that, with
-/// nobody listening, a handler call pays a load and a compare. A subscriber that wants
-/// `DEBUG` but not ours then answers from its callsite's cached interest (`handle_span`
-/// returns `Span::none()`).
+/// compile-time and the current maximum level), a load and a compare. A subscriber that
+/// wants `DEBUG` but not ours then answers from its callsite's cached interest
+/// (`handle_span` returns `Span::none()`).
 #[inline(always)]
-fn spans_wanted() -> bool {
+pub(crate) fn spans_wanted() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     tracing::Level::DEBUG <= STATIC_MAX_LEVEL && tracing::Level::DEBUG <= LevelFilter::current()
 }
@@ -67,6 +67,13 @@ fn spans_wanted() -> bool {
 #[inline(always)]
 pub(crate) fn span_if_wanted(make: impl FnOnce() -> Span) -> Option<Span> {
     spans_wanted().then(make).filter(|span| !span.is_disabled())
+}
+
+/// The span `make` makes, for a caller that checked the level already ([`spans_wanted`]):
+/// `None` when the span's callsite is disabled.
+#[inline(always)]
+pub(crate) fn span_if_enabled(make: impl FnOnce() -> Span) -> Option<Span> {
+    Some(make()).filter(|span| !span.is_disabled())
 }
 
 /// The `ringbus.handle` span of one handler call, with the fields given; `@parent $parent;`

@@ -16,7 +16,7 @@
 //!   publish sets that number (the topic's readers); a publish that does not write its
 //!   message (refused, cancelled, dropped) removes the entry.
 //! - A subscriber that is about to make a handler span (so only when some tracing subscriber
-//!   listens at `DEBUG`: see `observe::span_if_wanted`) looks in the table only while
+//!   listens at `DEBUG`: see `observe`) looks in the table only while
 //!   `outstanding` is non-zero, and takes the entries of the positions it is about to handle;
 //!   the last subscriber to take an entry removes it.
 //! - An entry a subscriber never takes (it was lossy and skipped it, it left the topic, or it
