@@ -19,9 +19,9 @@
 //!   span adds `messages`), with `error` or `panic` recorded on it when the call fails. The
 //!   handler's own events are inside it. With nobody listening at `DEBUG`, the bus makes no
 //!   span, and a subscriber task looks at tracing's level only where it would wait for a
-//!   message: a delivery costs 4 instructions more than with no span code at all. A publish whose [`Context`] carries a
-//!   parent span ([`Context::with_parent`]) makes its handler spans children of it (how
-//!   `ringbus-nats` continues a remote trace).
+//!   message: a delivery costs 2 instructions more than with no span code at all. A publish
+//!   whose [`Context`] carries a parent span ([`Context::with_parent`]) makes its handler
+//!   spans children of it (how `ringbus-nats` continues a remote trace).
 //! - **Waits.** A publish that waits for room records a `DEBUG` event with the time it waited
 //!   (`waited`); a publish cancelled through its [`Context`] records one with the time it had
 //!   waited.
