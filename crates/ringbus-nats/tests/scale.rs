@@ -23,6 +23,10 @@
 //! the machine's cores to themselves. Waits poll with deadlines; none is a sleep standing in
 //! for an event. Without a nats-server binary they skip, unless `REQUIRE_NATS=1` (as in CI),
 //! where they fail.
+//!
+//! All are ignored by a plain `cargo test` (about 25 s of processes starting and stopping):
+//! CI and `just test` run them with
+//! `cargo test -p ringbus-nats --test scale --test cluster -- --ignored --skip fifty`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -327,6 +331,7 @@ fn stat(done: &Done, name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test scale -- --ignored --skip fifty`"]
 async fn core_shared_three_processes_handle_each_message_at_most_once() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -383,6 +388,7 @@ async fn core_shared_three_processes_handle_each_message_at_most_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test scale -- --ignored --skip fifty`"]
 async fn core_fan_out_three_processes_each_handle_every_message() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -413,6 +419,7 @@ async fn core_fan_out_three_processes_each_handle_every_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test scale -- --ignored --skip fifty`"]
 async fn jetstream_fan_out_three_processes_each_handle_every_message() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -447,6 +454,7 @@ async fn jetstream_fan_out_three_processes_each_handle_every_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test scale -- --ignored --skip fifty`"]
 async fn jetstream_shared_three_processes_handle_each_message_exactly_once() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -506,6 +514,7 @@ async fn jetstream_shared_three_processes_handle_each_message_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test scale -- --ignored --skip fifty`"]
 async fn jetstream_shared_sigkill_mid_stream_loses_nothing_acknowledged() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
