@@ -265,8 +265,7 @@ impl<T: Clone + Send + Sync + 'static> Recorder<T> {
             ..
         } = self;
         subscription.unsubscribe().await;
-        let recorded = std::mem::take(&mut *shared.messages());
-        recorded
+        std::mem::take(&mut *shared.messages())
     }
 }
 
