@@ -66,6 +66,7 @@ mod export;
 mod import;
 mod link;
 mod options;
+mod request;
 mod stats;
 mod subject;
 pub mod testing;

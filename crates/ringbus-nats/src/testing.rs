@@ -41,8 +41,10 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod cluster;
+mod memory;
 
 pub use cluster::NatsCluster;
+pub use memory::MemoryNats;
 
 /// JetStream's memory-store limit, in bytes (64 MiB): small enough for CI machines.
 pub const JETSTREAM_MAX_MEMORY: u64 = 64 * 1024 * 1024;
