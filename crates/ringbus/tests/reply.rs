@@ -305,12 +305,14 @@ async fn subscriber_functions_with_reply_answer_requests() {
 
 /// Compile-time: requests and their errors cross tasks, and a request future is `Send`.
 #[allow(dead_code)]
-fn send_sync_unpin(prices: ringbus::Topic<Prices>) {
+fn send_sync_unpin(prices: ringbus::Topic<Prices>, mut responder: ringbus::Responder<u64>) {
     fn all<T: Send + Sync + Unpin>() {}
     fn send<T: Send>(_: T) {}
     all::<Request<u32, u64>>();
     all::<RequestError<u32>>();
+    all::<ringbus::Responder<u64>>();
     send(async move { prices.request(1).await });
+    send(async move { responder.closed().await });
 }
 
 /// A subscriber that takes the request over answers it from another task, after its
