@@ -393,6 +393,13 @@ impl Link {
     /// connection ends in `Timeout`. A local replier of the same topic, if any, also sees
     /// each request, and the first answer wins.
     ///
+    /// # Errors
+    ///
+    /// A topic NATS cannot route ([`LinkError::BadSubject`]); a topic this link already
+    /// exports or imports ([`LinkError::AlreadyLinked`]: a request topic is linked one way,
+    /// since a link that did both would send the requests it imports out again); a topic of
+    /// another type ([`LinkError::Bus`]); a closed link.
+    ///
     /// # Examples
     ///
     /// ```
@@ -461,9 +468,9 @@ impl Link {
         C: Codec<T> + Codec<R>,
     {
         let subject = self.subject(topic)?;
-        self.inner.claim(topic, "export")?;
+        claim_both_ways(&self.inner, topic)?;
         let started = export::<T, R, C>(&self.inner, topic, subject, codec).await;
-        let task = self.inner.released_on_error(topic, "export", started)?;
+        let task = released_both_ways_on_error(&self.inner, topic, started)?;
         self.inner.push_export(task);
         Ok(())
     }
@@ -541,12 +548,32 @@ impl Link {
         if let Sharing::Shared(group) = &sharing {
             crate::subject::check(group, "queue group")?;
         }
-        self.inner.claim(topic, "import")?;
+        claim_both_ways(&self.inner, topic)?;
         let started = import::<T, R, C>(&self.inner, topic, subject, &sharing, codec).await;
-        let task = self.inner.released_on_error(topic, "import", started)?;
+        let task = released_both_ways_on_error(&self.inner, topic, started)?;
         self.inner.push_import(task);
         Ok(())
     }
+}
+
+/// Claims a request topic in both directions: a link that exported and imported one would
+/// send the requests it imports out again (its export takes over every local request).
+fn claim_both_ways(link: &LinkShared, topic: &str) -> Result<(), LinkError> {
+    link.claim(topic, "export")?;
+    if let Err(e) = link.claim(topic, "import") {
+        link.release(topic, "export");
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn released_both_ways_on_error<X>(
+    link: &LinkShared,
+    topic: &str,
+    started: Result<X, LinkError>,
+) -> Result<X, LinkError> {
+    let started = link.released_on_error(topic, "export", started);
+    link.released_on_error(topic, "import", started)
 }
 
 /// Starts sending the requests of local topic `topic` to NATS.

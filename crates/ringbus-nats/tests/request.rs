@@ -384,3 +384,33 @@ async fn close_waits_for_the_answers_of_requests_already_sent() {
         answering.close().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_topic_is_linked_one_way_per_link() {
+    let memory = MemoryNats::start().unwrap();
+    let server = Server::Memory(memory);
+    let asking = asking_side(&server, WAIT).await;
+    // Imported too, its requests would go out again through the export.
+    for again in [
+        asking.link.import_requests::<u32, u64>("prices").await,
+        asking.link.export_requests::<u32, u64>("prices").await,
+    ] {
+        assert!(
+            matches!(again, Err(ringbus_nats::LinkError::AlreadyLinked { .. })),
+            "{again:?}"
+        );
+    }
+    // A topic of another type is refused, and leaves it unclaimed.
+    asking.bus.topic::<u32>("plain").unwrap();
+    let err = asking.link.import_requests::<u32, u64>("plain").await;
+    assert!(
+        matches!(err, Err(ringbus_nats::LinkError::Bus(_))),
+        "{err:?}"
+    );
+    asking
+        .link
+        .import::<u32>("plain", ringbus_nats::Mode::Core)
+        .await
+        .unwrap();
+    asking.close().await;
+}
