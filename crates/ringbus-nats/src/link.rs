@@ -687,7 +687,10 @@ impl Link {
     /// 1. stop importing, let the local handlers finish what was imported and settle it
     ///    (JetStream: ack, or nack for redelivery);
     /// 2. flush the exports: every message published locally before this call is handed to
-    ///    NATS, and (JetStream) its server ack awaited;
+    ///    NATS, and (JetStream) its server ack awaited; a request export
+    ///    ([`export_requests`](Self::export_requests)) waits for the answers to the requests
+    ///    it sent (an answering import stopped taking requests in step 1 and answered those
+    ///    it took);
     /// 3. one request round trip to the server, so everything sent before it was processed;
     /// 4. drain the connection and wait for it to close.
     ///
