@@ -78,6 +78,7 @@ async fn a_linked_service_is_tested_without_a_nats_server() {
         .unwrap();
     link.export_requests::<Sku, u64>("prices").await.unwrap();
 
+    assert_eq!(nats.connections(), 2);
     for (id, cents) in [(1, 500), (2, 0), (3, 100)] {
         world.publish("orders", Order { id, cents }).await.unwrap();
     }
@@ -109,6 +110,13 @@ async fn a_linked_service_is_tested_without_a_nats_server() {
     world.close().await;
     billing.close().await;
     receipts.assert_recorded(&[Receipt { order: 1 }, Receipt { order: 3 }]);
+    // Closed links are gone from the server (their threads end with their sockets).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while nats.connections() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{nats:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(nats.delivered() >= 7, "{nats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,7 +55,9 @@ const NO_RESPONDERS: &[u8] = b"NATS/1.0 503\r\n\r\n";
 /// that says so. Credentials and TLS are not checked.
 ///
 /// It needs no async runtime (it runs on threads) and stops when dropped: the listener
-/// and every client connection are closed, and the links see a lost connection.
+/// and every client connection are closed, and the links see a lost connection. Close the
+/// links first: a link whose server is gone keeps trying to reconnect, and its
+/// [`close`](crate::Link::close) cannot complete (as with a `nats-server` that was stopped).
 ///
 /// # Examples
 ///
