@@ -90,7 +90,7 @@ BUGS = [
      BUS + "reply.rs",
      "        tx.send(Outcome::Forwarded(answer)).ok()?;\n",
      "        drop((tx, answer));\n",
-     plain("ringbus", "reply", "a_responder_answers_after_its_handler_returned")),
+     plain("ringbus", "toolkit", "reply::a_responder_answers_after_its_handler_returned")),
     ("nats request: a reply goes to the oldest waiting request, not to its own",
      NATS + "request.rs",
      "    let Some(responder) = token.and_then(|t| pending.take(t)) else {\n",
