@@ -16,7 +16,7 @@ test:
 # 3-node cluster losing a node). The 50-process measurement stays out (`docs/scale.md`).
 slow-tests:
     cargo test -p ringbus --test ui -- --ignored
-    cargo test -p ringbus-nats --test scale --test cluster -- --ignored --skip fifty
+    cargo test -p ringbus-nats --test nats -- --ignored --skip fifty
 
 # The ringbus-nats tests against a real nats-server, failing (not skipping) if it is not installed.
 nats:
