@@ -4,10 +4,19 @@
 default:
     @just --list
 
-# Every test: unit, integration, doc tests, then the release-mode stress tests.
+# Every test: unit, integration and doc tests, the slow ones a plain `cargo test` ignores (the
+# trybuild UI cases, the multi-process NATS tests), then the release-mode stress tests.
 test:
     cargo test --workspace
+    just slow-tests
     cargo test --release -p ringbus-core --test stress
+
+# The tests a plain `cargo test --workspace` ignores because they take a minute: the trybuild UI
+# cases (a crate built per case) and the multi-process NATS tests (worker processes, a
+# 3-node cluster losing a node). The 50-process measurement stays out (`docs/scale.md`).
+slow-tests:
+    cargo test -p ringbus --test ui -- --ignored
+    cargo test -p ringbus-nats --test nats -- --ignored --skip fifty
 
 # The ringbus-nats tests against a real nats-server, failing (not skipping) if it is not installed.
 nats:

@@ -82,6 +82,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "bus/publish1_traced",
         "bus/publish1 under a tracing subscriber (the registry) that records every span",
     ),
+    (
+        "bus/subscribe",
+        "bus subscribe then unsubscribe (per pair) on a topic with 4 subscribers",
+    ),
 ];
 
 /// Messages for the first count; the second is twice as many.
@@ -128,6 +132,7 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
         "bus/publish1" => bus_publish(n, 1, false),
         "bus/publish10" => bus_publish(n, 10, false),
         "bus/publish_by_name1" => bus_publish(n, 1, true),
+        "bus/subscribe" => bus_subscribe(n),
         "bus/publish1_not_interested" => {
             // Interested in DEBUG (the maximum level lets the bus's check pass), not in the
             // crate's callsites: answered from tracing's cached interest.
@@ -235,6 +240,33 @@ fn bus_publish(n: u64, subscribers: u64, by_name: bool) -> bool {
         }
         bus.close().await;
         handled.load(Ordering::Relaxed) == n * subscribers
+    })
+}
+
+/// `n` subscribe + unsubscribe pairs on a topic that has 4 other subscribers: the handler
+/// task spawned, joined to the ring, stopped and ended each time.
+fn bus_subscribe(n: u64) -> bool {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
+        return false;
+    };
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(1024).build();
+        let mut others = Vec::new();
+        for _ in 0..4 {
+            match bus.subscribe("cost", |_: &u64| std::future::ready(())) {
+                Ok(sub) => others.push(sub),
+                Err(_) => return false,
+            }
+        }
+        for _ in 0..n {
+            match bus.subscribe("cost", |_: &u64| std::future::ready(())) {
+                Ok(sub) => sub.unsubscribe().await,
+                Err(_) => return false,
+            }
+        }
+        let left = bus.topic::<u64>("cost").map(|t| t.subscriber_count());
+        bus.close().await;
+        left == Ok(4)
     })
 }
 

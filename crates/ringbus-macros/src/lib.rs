@@ -51,8 +51,3 @@ mod expand;
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::subscriber(args.into(), item.into()).into()
 }
-
-/// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-struct ReadmeDoctests;

@@ -42,6 +42,20 @@ pub(crate) struct ExportTask {
 }
 
 impl ExportTask {
+    /// An export whose `acker`, if any, ends once the subscription's handler is dropped and
+    /// its work is confirmed; the counter is the work not yet confirmed.
+    pub(crate) fn new(
+        topic: String,
+        subscription: Subscription,
+        acker: Option<(JoinHandle<()>, Arc<AtomicU64>)>,
+    ) -> Self {
+        Self {
+            topic,
+            subscription,
+            acker,
+        }
+    }
+
     /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
     /// for the acks. `Err(n)`: at most `n` exports were not confirmed at the deadline (still
     /// queued when the close began, or awaiting their ack).

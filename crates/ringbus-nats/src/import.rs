@@ -34,6 +34,12 @@ pub(crate) struct ImportTask {
 }
 
 impl ImportTask {
+    /// An import run by `task`, which ends once the link's `stop_imports` is cancelled and
+    /// what it took is settled.
+    pub(crate) fn new(task: JoinHandle<()>) -> Self {
+        Self { task }
+    }
+
     /// Waits for the task until `deadline`: it stops taking messages (the link's
     /// `stop_imports` is cancelled) and settles what it holds. False if the deadline cut it
     /// (the task is then aborted; JetStream delivers what it held again after the ack wait).
@@ -51,7 +57,7 @@ impl ImportTask {
 
 /// Decodes a message from NATS for local topic `topic`; a refused one is logged (never with
 /// its body) and counted.
-fn take<T, C: Codec<T>>(
+pub(crate) fn take<T, C: Codec<T>>(
     link: &LinkShared,
     codec: &C,
     topic: &str,
@@ -93,20 +99,7 @@ where
     let local = link.bus.topic::<T>(topic)?;
     let task = match mode {
         Mode::Core => {
-            let subscribed = match sharing {
-                Sharing::FanOut => link.client.subscribe(subject.clone()).await,
-                Sharing::Shared(group) => {
-                    link.client
-                        .queue_subscribe(subject.clone(), group.clone())
-                        .await
-                }
-            };
-            let subscriber = subscribed.map_err(|e| LinkError::Subscribe(e.to_string()))?;
-            // The server knows the subscription once this returns: a message exported right
-            // after `import` returns is delivered.
-            link.round_trip()
-                .await
-                .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+            let subscriber = core_subscribe(link, &subject, sharing).await?;
             tokio::spawn(core_loop(link.clone(), local, subject, codec, subscriber))
         }
         Mode::JetStream => {
@@ -131,6 +124,28 @@ where
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
     Ok(ImportTask { task })
+}
+
+/// Subscribes to `subject` (in the queue group, when shared) and waits until the server
+/// knows the subscription: a message sent right after the import returns is delivered.
+pub(crate) async fn core_subscribe(
+    link: &LinkShared,
+    subject: &str,
+    sharing: &Sharing,
+) -> Result<async_nats::Subscriber, LinkError> {
+    let subscribed = match sharing {
+        Sharing::FanOut => link.client.subscribe(subject.to_string()).await,
+        Sharing::Shared(group) => {
+            link.client
+                .queue_subscribe(subject.to_string(), group.clone())
+                .await
+        }
+    };
+    let subscriber = subscribed.map_err(|e| LinkError::Subscribe(e.to_string()))?;
+    link.round_trip()
+        .await
+        .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+    Ok(subscriber)
 }
 
 async fn core_loop<T, C>(

@@ -51,6 +51,17 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Request/reply** crosses too: [`Link::export_requests`] sends the requests of a local
+//! request topic (`ringbus::Request<T, R>`) out as NATS requests, and
+//! [`Link::import_requests`] (or [`import_requests_shared`](Link::import_requests_shared))
+//! answers them with the local `#[subscriber("topic", reply)]` repliers of another process.
+//! The requester's deadline crosses with the request; timeouts, no responders and late
+//! replies map to `ringbus::RequestError` and are counted in [`LinkStats`].
+//!
+//! **Tests without a `nats-server`**: [`testing::MemoryNats`] is a NATS core server inside
+//! the test process that links connect to as to a real one (core mode, request/reply, queue
+//! groups; not JetStream). [`testing`] shows how to test a service and its link with it.
+//!
 //! Bad input from the wire (a body that does not decode, missing headers, an oversized
 //! message) is logged without its body and counted ([`LinkStats::bad_input`]); on JetStream
 //! it is dead-lettered. It never panics and never stalls the link.
@@ -67,6 +78,7 @@ mod import;
 mod link;
 mod options;
 mod otel;
+mod request;
 mod stats;
 mod subject;
 pub mod testing;

@@ -45,6 +45,7 @@ pub struct LinkBuilder {
     import_buffer: usize,
     max_message_bytes: Option<usize>,
     connection_timeout: Duration,
+    request_timeout: Duration,
 }
 
 impl LinkBuilder {
@@ -60,6 +61,7 @@ impl LinkBuilder {
             import_buffer: 4096,
             max_message_bytes: None,
             connection_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
         }
     }
 
@@ -117,6 +119,15 @@ impl LinkBuilder {
     /// How long connecting may take. Default: 5 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout;
+        self
+    }
+
+    /// The longest a request sent by [`Link::export_requests`] waits for its answer when
+    /// its requester's context has no sooner deadline; past it the requester receives
+    /// `RequestError::Timeout(None)`. Also the answering side's bound for a request that
+    /// carries no deadline. Default: 10 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 
@@ -189,6 +200,7 @@ impl LinkBuilder {
                 stream_name,
                 js: self.jetstream,
                 max_message_bytes,
+                request_timeout: self.request_timeout,
                 counters,
                 closed,
                 stop_imports: CancellationToken::new(),
@@ -299,6 +311,7 @@ pub(crate) struct LinkShared {
     stream_name: String,
     pub(crate) js: JetStreamOptions,
     pub(crate) max_message_bytes: usize,
+    pub(crate) request_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
     /// Cancelled by the client's closed event.
     closed: CancellationToken,
@@ -371,7 +384,7 @@ impl LinkShared {
     }
 
     /// Records `topic` as linked in `direction`, or says it already is.
-    fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
+    pub(crate) fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
         if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
@@ -384,8 +397,31 @@ impl LinkShared {
         Ok(())
     }
 
-    fn release(&self, topic: &str, direction: &'static str) {
+    pub(crate) fn release(&self, topic: &str, direction: &'static str) {
         self.parts().linked.remove(&(topic.to_string(), direction));
+    }
+
+    /// `started`, releasing the claim on `topic` in `direction` if it failed.
+    pub(crate) fn released_on_error<X>(
+        &self,
+        topic: &str,
+        direction: &'static str,
+        started: Result<X, LinkError>,
+    ) -> Result<X, LinkError> {
+        if started.is_err() {
+            self.release(topic, direction);
+        }
+        started
+    }
+
+    /// Keeps a started export for `close`.
+    pub(crate) fn push_export(&self, task: export::ExportTask) {
+        self.parts().exports.push(task);
+    }
+
+    /// Keeps a started import for `close`.
+    pub(crate) fn push_import(&self, task: import::ImportTask) {
+        self.parts().imports.push(task);
     }
 }
 
@@ -401,7 +437,7 @@ impl LinkShared {
 /// flushed and acknowledged, then the connection drains. Dropping a link without closing it
 /// stops its imports; its exports stay subscribed until the bus closes.
 pub struct Link {
-    inner: Arc<LinkShared>,
+    pub(crate) inner: Arc<LinkShared>,
 }
 
 impl Link {
@@ -651,7 +687,10 @@ impl Link {
     /// 1. stop importing, let the local handlers finish what was imported and settle it
     ///    (JetStream: ack, or nack for redelivery);
     /// 2. flush the exports: every message published locally before this call is handed to
-    ///    NATS, and (JetStream) its server ack awaited;
+    ///    NATS, and (JetStream) its server ack awaited; a request export
+    ///    ([`export_requests`](Self::export_requests)) waits for the answers to the requests
+    ///    it sent (an answering import stopped taking requests in step 1 and answered those
+    ///    it took);
     /// 3. one request round trip to the server, so everything sent before it was processed;
     /// 4. drain the connection and wait for it to close.
     ///

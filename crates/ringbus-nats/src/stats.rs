@@ -34,6 +34,11 @@ pub(crate) struct Counters {
     pub(crate) slow_consumer: AtomicU64,
     pub(crate) client_errors: AtomicU64,
     pub(crate) import_errors: AtomicU64,
+    pub(crate) requests_sent: AtomicU64,
+    pub(crate) requests_served: AtomicU64,
+    pub(crate) request_timeouts: AtomicU64,
+    pub(crate) no_responders: AtomicU64,
+    pub(crate) late_replies: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64) {
@@ -79,6 +84,11 @@ impl Counters {
             slow_consumer: get(&self.slow_consumer),
             client_errors: get(&self.client_errors),
             import_errors: get(&self.import_errors),
+            requests_sent: get(&self.requests_sent),
+            requests_served: get(&self.requests_served),
+            request_timeouts: get(&self.request_timeouts),
+            no_responders: get(&self.no_responders),
+            late_replies: get(&self.late_replies),
         }
     }
 }
@@ -125,6 +135,19 @@ pub struct LinkStats {
     pub client_errors: u64,
     /// Import subscriptions or pulls that failed and were retried.
     pub import_errors: u64,
+    /// Requests sent to NATS by [`export_requests`](crate::Link::export_requests).
+    pub requests_sent: u64,
+    /// Requests from NATS answered (a reply or an error sent back) by
+    /// [`import_requests`](crate::Link::import_requests).
+    pub requests_served: u64,
+    /// Requests sent whose answer did not come before the requester's deadline (or the
+    /// link's [`request_timeout`](crate::LinkBuilder::request_timeout)).
+    pub request_timeouts: u64,
+    /// Requests sent that no process was subscribed to (NATS's "no responders").
+    pub no_responders: u64,
+    /// Replies from NATS that came after their request had timed out, or whose requester
+    /// had stopped waiting: dropped, never given to another request.
+    pub late_replies: u64,
 }
 
 /// What [`Link::close`](crate::Link::close) did.

@@ -1,4 +1,75 @@
-//! A real `nats-server` child process for tests, examples and benchmarks.
+//! NATS servers for tests: [`MemoryNats`], a NATS core server inside the test process, and
+//! [`NatsServer`] / [`NatsCluster`], a real `nats-server` child process (or several).
+//!
+//! # How to test a service that uses ringbus and ringbus-nats
+//!
+//! Test the service whole, link included, against [`MemoryNats`]: start the stand-in,
+//! run the service's own setup against its URL (the same `Link::builder(url)`, imports and
+//! exports as in `main`), and stand for the rest of the system with a second bus linked the
+//! other way round: publish into what the service imports, record (with
+//! [`ringbus::testing::Recorder`]) what it exports, and make the requests it answers. No
+//! binary, no ports to choose, no sleeps, and it runs in every `cargo test`. Only JetStream
+//! needs the real server: test a topic linked in [`Mode::JetStream`](crate::Mode) (its
+//! acks, redelivery and dead letters) with [`NatsServer`], and the rest with the stand-in.
+//! The service's handlers alone need neither: test them on the bus with `Recorder` and
+//! `Bus::wait_idle` (see [`ringbus::testing`]).
+//!
+//! ```
+//! use ringbus::testing::Recorder;
+//! use ringbus::{subscriber, Bus, Context, Request};
+//! use ringbus_nats::testing::MemoryNats;
+//! use ringbus_nats::{Link, Mode};
+//! use std::time::Duration;
+//!
+//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+//! struct Order { id: u64, cents: u64 }
+//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+//! struct Receipt { order: u64 }
+//!
+//! // The service: bills orders from NATS, sends receipts back, answers price requests.
+//! #[subscriber("orders", publish("receipts"))]
+//! async fn bill(order: &Order) -> Receipt { Receipt { order: order.id } }
+//! #[subscriber("prices", reply)]
+//! async fn price(sku: &u32) -> u64 { u64::from(*sku) * 100 }
+//!
+//! async fn start_service(url: &str) -> Result<(Bus, Link), Box<dyn std::error::Error>> {
+//!     let bus = Bus::new();
+//!     bus.register(bill)?;
+//!     bus.register(price)?;
+//!     let link = Link::builder(url).prefix("shop").connect(&bus).await?;
+//!     link.import::<Order>("orders", Mode::Core).await?;
+//!     link.export::<Receipt>("receipts", Mode::Core).await?;
+//!     link.import_requests::<u32, u64>("prices").await?;
+//!     Ok((bus, link))
+//! }
+//!
+//! // The test (in a real crate: `#[tokio::test] async fn bills_orders_from_nats()`).
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let nats = MemoryNats::start()?;
+//! let (service, service_link) = start_service(&nats.url()).await?;
+//!
+//! // The rest of the system: a bus linked the other way round.
+//! let world = Bus::new();
+//! let receipts = Recorder::<Receipt>::new(&world, "receipts")?;
+//! let link = Link::builder(nats.url()).prefix("shop").connect(&world).await?;
+//! link.export::<Order>("orders", Mode::Core).await?;
+//! link.import::<Receipt>("receipts", Mode::Core).await?;
+//! link.export_requests::<u32, u64>("prices").await?;
+//!
+//! world.publish("orders", Order { id: 7, cents: 500 }).await?;
+//! assert_eq!(receipts.wait_for(1).await, [Receipt { order: 7 }]);
+//! let prices = world.topic::<Request<u32, u64>>("prices")?;
+//! let ctx = Context::new().with_timeout(Duration::from_secs(5));
+//! assert_eq!(prices.request_with(&ctx, 3).await?, 300);
+//!
+//! assert!(link.close(Duration::from_secs(5)).await.complete);
+//! assert!(service_link.close(Duration::from_secs(5)).await.complete);
+//! world.close().await;
+//! service.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # The real server
 //!
 //! [`NatsServer::start`] finds a `nats-server` binary, starts it on a free port with a fresh
 //! temporary directory (JetStream store, logs, config file), waits until it serves clients, and
@@ -17,7 +88,8 @@
 //! prints a `SKIPPED:` line to stderr and returns `None`, so the caller can skip its test, unless
 //! `REQUIRE_NATS=1` is set (as in CI), in which case it panics.
 //!
-//! This module uses only `std`: no async runtime is needed to start or stop the server.
+//! This module uses only `std` threads: no async runtime is needed to start or stop a
+//! server, real or in memory.
 //!
 //! ```no_run
 //! use ringbus_nats::testing::{NatsServer, ServerOptions};
@@ -41,8 +113,10 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod cluster;
+mod memory;
 
 pub use cluster::NatsCluster;
+pub use memory::MemoryNats;
 
 /// JetStream's memory-store limit, in bytes (64 MiB): small enough for CI machines.
 pub const JETSTREAM_MAX_MEMORY: u64 = 64 * 1024 * 1024;

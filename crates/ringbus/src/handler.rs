@@ -243,7 +243,7 @@ impl<'a, T> Batch<'a, T> {
     }
 
     /// The messages, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &'a T> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = &'a T> + use<'a, T> {
         self.first.iter().chain(self.second.iter())
     }
 }

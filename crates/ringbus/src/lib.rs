@@ -82,7 +82,9 @@
 //!   subscriber publishes to its dead-letter topic when it gives up on a message.
 //! - [`Request`]: the message type of a request topic; [`Topic::request`] /
 //!   [`Topic::request_with`] ask, [`Bus::reply`] (or `#[subscriber("topic", reply)]`, a
-//!   [`Replier`]) answers; [`RequestError`] says why there was no reply.
+//!   [`Replier`]) answers; [`RequestError`] says why there was no reply. A [`Responder`]
+//!   ([`Request::responder`]) answers later, from another task: for forwarders such as
+//!   `ringbus-nats`, which answers requests from other processes.
 //! - [`Subscription`]: a running subscriber; `unsubscribe().await` stops it.
 //! - [`Stream`] (and [`StreamRef`]): a pull subscriber, `while let Some(msg) =
 //!   stream.next().await`, for code written against `tokio::sync::broadcast`.
@@ -135,7 +137,7 @@ pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,
 };
-pub use reply::{Replier, ReplyFn, ReplyOutput, Request};
+pub use reply::{Replier, ReplyFn, ReplyOutput, Request, Responder};
 pub use retry::{DeadLetter, RetryPolicy};
 pub use ringbus_core as ring;
 #[cfg(feature = "macros")]

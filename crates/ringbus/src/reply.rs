@@ -19,6 +19,13 @@
 //!   sender out of the slot and sends the outcome: the reply, or the error's (or panic's)
 //!   text. It then hands the error or panic on to the subscriber loop, which logs and counts
 //!   it as any handler's. The plain subscriber loop is unchanged.
+//! - **A responder** ([`Request::responder`]) takes the sender out of the slot and sends,
+//!   through it, the receiver of a second one-shot channel (`Outcome::Forwarded`), whose
+//!   sender the [`Responder`] keeps. The requester, once it has that receiver, waits on it
+//!   (and its context) instead of on the receipt: the answer may come after every
+//!   subscriber handled the request. A forwarding subscriber (ringbus-nats) answers from
+//!   another task this way without holding up the topic. One more allocation, only for a
+//!   request taken over.
 //!
 //! # Invariants
 //!
@@ -34,7 +41,9 @@
 //! - **Unanswered is decided after the reply could have come.** The replier sends before
 //!   its handler returns, so before its subscriber stores its new position (Release); the
 //!   receipt reads that position (Acquire), so once the receipt resolves, a reply sent is
-//!   in the receiver, and `try_recv` sees it.
+//!   in the receiver, and `try_recv` sees it. A responder sends `Forwarded` inside the
+//!   handler that took it, so the same holds for it; its answer is then awaited, not
+//!   decided by the receipt.
 //!
 //! # Allocation
 //!
@@ -59,8 +68,22 @@ use crate::error::{Error, PublishError, RequestError};
 use crate::handler::{Handler, HandlerError, SubscribeOptions};
 use crate::subscriber::{panic_message, SubShared, Subscription};
 
-/// What a replier sends: the reply, or the text of the replier's error or panic.
-type Outcome<R> = Result<R, String>;
+/// An answer to a request.
+enum Answer<R> {
+    /// The reply.
+    Reply(R),
+    /// The text of the replier's error or panic.
+    Failed(String),
+    /// A [`Responder`] gave up waiting for the answer it forwards.
+    TimedOut,
+}
+
+/// What the request's slot sends: an answer, or, when a [`Responder`] took the request over,
+/// the receiver of the answer it will send later.
+enum Outcome<R> {
+    Answer(Answer<R>),
+    Forwarded(oneshot::Receiver<Answer<R>>),
+}
 
 /// A request in flight: the message and a slot for its one reply. The message type of a
 /// request topic (`bus.topic::<Request<T, R>>("prices")`).
@@ -70,6 +93,8 @@ type Outcome<R> = Result<R, String>;
 /// too, through [`message`](Self::message), but cannot answer: only repliers do.
 pub struct Request<T, R> {
     message: T,
+    /// The requester's context deadline.
+    deadline: Option<Instant>,
     /// The reply's sender, taken out by the first replier. Locked once per replier, never
     /// held across an await.
     reply: Mutex<Option<oneshot::Sender<Outcome<R>>>>,
@@ -81,9 +106,64 @@ impl<T, R> Request<T, R> {
         &self.message
     }
 
-    /// True once a replier has answered it, or its requester stopped waiting.
+    /// True once a replier has answered it (or a [`Responder`] took it over), or its
+    /// requester stopped waiting.
     pub fn is_answered(&self) -> bool {
         self.slot().as_ref().is_none_or(|tx| tx.is_closed())
+    }
+
+    /// The deadline of the requester's [`Context`], if it has one: past it, nobody waits
+    /// for the reply. A subscriber that forwards requests elsewhere bounds its own wait by
+    /// it.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Takes the request over: the returned [`Responder`] answers it later, from any task,
+    /// after this handler returned. For subscribers that forward requests to somewhere else
+    /// (another process, a worker pool) and must not hold up the topic while the answer
+    /// comes; an ordinary replier ([`Bus::reply`]) answers with its return value instead.
+    ///
+    /// The requester then waits for the responder (bounded by its context, as always), not
+    /// for the subscribers: a responder dropped without answering leaves the request
+    /// [`Unanswered`](RequestError::Unanswered). Any subscriber may take it over, plain
+    /// ones included; the first answer wins, and a replier that answers after the request
+    /// was taken over counts a duplicate reply.
+    ///
+    /// `None` when there is nothing left to answer: a replier answered, another subscriber
+    /// took it over, or the requester stopped waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringbus::{Bus, Request};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// let bus = Bus::new();
+    /// let _forward = bus.subscribe("double", |request: &Request<u64, u64>| {
+    ///     let n = *request.message();
+    ///     let responder = request.responder();
+    ///     // Answered by another task, after this handler returned.
+    ///     tokio::spawn(async move {
+    ///         if let Some(responder) = responder {
+    ///             let _late = responder.reply(n * 2);
+    ///         }
+    ///     });
+    ///     async {}
+    /// })?;
+    /// let double = bus.topic::<Request<u64, u64>>("double")?;
+    /// assert_eq!(double.request(21).await?, 42);
+    /// # Ok(()) }
+    /// ```
+    pub fn responder(&self) -> Option<Responder<R>> {
+        let tx = self.slot().take()?;
+        let (later, answer) = oneshot::channel();
+        // Fails only if the requester stopped waiting: nothing to answer then.
+        tx.send(Outcome::Forwarded(answer)).ok()?;
+        Some(Responder {
+            tx: later,
+            deadline: self.deadline,
+        })
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<oneshot::Sender<Outcome<R>>>> {
@@ -92,7 +172,7 @@ impl<T, R> Request<T, R> {
     }
 
     /// Sends `outcome` to the requester, counting it on `sub` if nobody receives it.
-    fn answer(&self, outcome: Outcome<R>, sub: &SubShared) {
+    fn answer(&self, outcome: Answer<R>, sub: &SubShared) {
         let sender = self.slot().take();
         match sender {
             None => {
@@ -104,7 +184,7 @@ impl<T, R> Request<T, R> {
                 );
             }
             Some(tx) => {
-                if tx.send(outcome).is_err() {
+                if tx.send(Outcome::Answer(outcome)).is_err() {
                     sub.late_replies.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(
                         topic = %sub.topic,
@@ -227,22 +307,22 @@ where
                 Ok(call) => call,
                 Err(panic) => {
                     let text = format!("panicked: {}", panic_message(&*panic));
-                    request.answer(Err(text), &self.sub);
+                    request.answer(Answer::Failed(text), &self.sub);
                     std::panic::resume_unwind(panic)
                 }
             };
             match AssertUnwindSafe(call).catch_unwind().await {
                 Ok(Ok(reply)) => {
-                    request.answer(Ok(reply), &self.sub);
+                    request.answer(Answer::Reply(reply), &self.sub);
                     Ok(())
                 }
                 Ok(Err(error)) => {
-                    request.answer(Err(error.to_string()), &self.sub);
+                    request.answer(Answer::Failed(error.to_string()), &self.sub);
                     Err(error)
                 }
                 Err(panic) => {
                     let text = format!("panicked: {}", panic_message(&*panic));
-                    request.answer(Err(text), &self.sub);
+                    request.answer(Answer::Failed(text), &self.sub);
                     std::panic::resume_unwind(panic)
                 }
             }
@@ -436,6 +516,7 @@ where
         let (tx, mut rx) = oneshot::channel();
         let request = Request {
             message: msg,
+            deadline: ctx.deadline(),
             reply: Mutex::new(Some(tx)),
         };
         let delivery = match self.inner.publish_tracked(ctx, request).await {
@@ -470,10 +551,98 @@ where
             Some(reply) => reply.ok(),
             None => rx.try_recv().ok(),
         };
-        match outcome {
-            Some(Ok(reply)) => Ok(reply),
-            Some(Err(text)) => Err(RequestError::Failed(text)),
+        let answer = match outcome {
+            Some(Outcome::Answer(answer)) => Some(answer),
+            // Taken over by a responder: its answer comes when it comes, within `ctx`.
+            Some(Outcome::Forwarded(mut later)) => {
+                if ctx.is_never() {
+                    later.await.ok()
+                } else {
+                    tokio::select! {
+                        biased;
+                        answer = &mut later => answer.ok(),
+                        _ = ctx.done() => return Err(ended(ctx, None)),
+                    }
+                }
+            }
+            None => None,
+        };
+        match answer {
+            Some(Answer::Reply(reply)) => Ok(reply),
+            Some(Answer::Failed(text)) => Err(RequestError::Failed(text)),
+            Some(Answer::TimedOut) => Err(RequestError::Timeout(None)),
             None => Err(RequestError::Unanswered),
         }
+    }
+}
+
+/// The answer of one [`Request`], taken over by [`Request::responder`]: answers it from any
+/// task, once.
+///
+/// Dropping it without answering leaves the request
+/// [`Unanswered`](RequestError::Unanswered). Each answer returns whether the requester
+/// received it: `false` (or `Err` with the reply back) when it had stopped waiting (its
+/// context ended, or its future was dropped), which the caller may count as a late reply.
+pub struct Responder<R> {
+    tx: oneshot::Sender<Answer<R>>,
+    deadline: Option<Instant>,
+}
+
+impl<R> Responder<R> {
+    /// Answers with `reply`: the requester's `request` returns `Ok(reply)`.
+    ///
+    /// # Errors
+    ///
+    /// The reply back, if the requester had stopped waiting.
+    pub fn reply(self, reply: R) -> Result<(), R> {
+        self.tx
+            .send(Answer::Reply(reply))
+            .map_err(|answer| match answer {
+                Answer::Reply(reply) => reply,
+                // Sent a reply: a reply comes back.
+                Answer::Failed(_) | Answer::TimedOut => unreachable!("the answer sent was a reply"),
+            })
+    }
+
+    /// Answers with a failure: the requester receives [`RequestError::Failed`] with
+    /// `error`'s text. False if it had stopped waiting.
+    pub fn fail(self, error: impl fmt::Display) -> bool {
+        self.tx.send(Answer::Failed(error.to_string())).is_ok()
+    }
+
+    /// Answers that the answer did not come in time (for instance a forwarded request whose
+    /// own deadline passed first): the requester receives
+    /// [`RequestError::Timeout`]`(None)`. False if it had stopped waiting.
+    pub fn time_out(self) -> bool {
+        self.tx.send(Answer::TimedOut).is_ok()
+    }
+
+    /// True if the requester stopped waiting: an answer would be dropped.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Waits until the requester stops waiting (its context ended, or its future was
+    /// dropped), so a forwarder can give up early.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub async fn closed(&mut self) {
+        self.tx.closed().await;
+    }
+
+    /// The deadline of the requester's context, if it has one (as [`Request::deadline`]).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+}
+
+impl<R> fmt::Debug for Responder<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Responder")
+            .field("closed", &self.is_closed())
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }

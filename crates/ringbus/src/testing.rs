@@ -52,7 +52,9 @@
 //! ```
 //!
 //! A NATS-linked service is tested the same way on its local bus: publish into the topics its
-//! link would import, and record the topics it would export.
+//! link would import, and record the topics it would export. To test its link as well, with
+//! no `nats-server`, connect it to `ringbus_nats::testing::MemoryNats`, a NATS core server
+//! inside the test process (its docs show a whole service tested that way).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -265,8 +267,7 @@ impl<T: Clone + Send + Sync + 'static> Recorder<T> {
             ..
         } = self;
         subscription.unsubscribe().await;
-        let recorded = std::mem::take(&mut *shared.messages());
-        recorded
+        std::mem::take(&mut *shared.messages())
     }
 }
 

@@ -1,5 +1,5 @@
 //! `ringbus-nats-worker`: one instance of a service that imports a topic of `u64` ids from NATS
-//! into a local bus, where a handler records each one. The scale tests (`tests/scale.rs`) run
+//! into a local bus, where a handler records each one. The scale tests (`tests/nats/scale.rs`) run
 //! three of them as separate processes; it also serves to try fan-out and shared imports by
 //! hand against a server of your own.
 //!

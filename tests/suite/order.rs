@@ -1,7 +1,7 @@
 //! Guarantee 1, order: each subscriber handles a topic's messages in the order their
 //! publishes completed.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

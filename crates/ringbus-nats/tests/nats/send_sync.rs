@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use ringbus_nats::testing::{NatsCluster, NatsServer, ServerOptions};
+use ringbus_nats::testing::{MemoryNats, NatsCluster, NatsServer, ServerOptions};
 use ringbus_nats::{
     Auth, ConnectionState, Envelope, JetStreamOptions, Json, Link, LinkBuilder, LinkCloseReport,
     LinkError, LinkStats, Mode, Sharing, Tls,
@@ -46,6 +46,7 @@ fn public_types_are_send_sync_and_unpin() {
         NatsServer,
         NatsCluster,
         ServerOptions,
+        MemoryNats,
     );
 }
 
@@ -57,6 +58,9 @@ async fn link_futures(link: Link, bus: ringbus::Bus) {
     assert_send_future(link.import_as::<u64, _>("t", Mode::Core, Sharing::FanOut, Json));
     assert_send_future(link.export::<u64>("t", Mode::JetStream));
     assert_send_future(link.link_both::<Envelope<u64>>("t", Mode::Core));
+    assert_send_future(link.export_requests::<u64, String>("r"));
+    assert_send_future(link.import_requests::<u64, String>("r"));
+    assert_send_future(link.import_requests_shared::<u64, String>("r", "g"));
     assert_send_future(link.close(std::time::Duration::from_secs(1)));
 }
 

@@ -23,6 +23,10 @@
 //! the machine's cores to themselves. Waits poll with deadlines; none is a sleep standing in
 //! for an event. Without a nats-server binary they skip, unless `REQUIRE_NATS=1` (as in CI),
 //! where they fail.
+//!
+//! All are ignored by a plain `cargo test` (about 25 s of processes starting and stopping):
+//! CI and `just test` run them with
+//! `cargo test -p ringbus-nats --test nats -- --ignored --skip fifty`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -327,6 +331,7 @@ fn stat(done: &Done, name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test nats scale:: -- --ignored --skip fifty`"]
 async fn core_shared_three_processes_handle_each_message_at_most_once() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -383,6 +388,7 @@ async fn core_shared_three_processes_handle_each_message_at_most_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test nats scale:: -- --ignored --skip fifty`"]
 async fn core_fan_out_three_processes_each_handle_every_message() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -413,6 +419,7 @@ async fn core_fan_out_three_processes_each_handle_every_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test nats scale:: -- --ignored --skip fifty`"]
 async fn jetstream_fan_out_three_processes_each_handle_every_message() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -447,6 +454,7 @@ async fn jetstream_fan_out_three_processes_each_handle_every_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test nats scale:: -- --ignored --skip fifty`"]
 async fn jetstream_shared_three_processes_handle_each_message_exactly_once() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -506,6 +514,7 @@ async fn jetstream_shared_three_processes_handle_each_message_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multi-process, about 5 s: `cargo test -p ringbus-nats --test nats scale:: -- --ignored --skip fifty`"]
 async fn jetstream_shared_sigkill_mid_stream_loses_nothing_acknowledged() {
     let _turn = TURN.lock().await;
     let Some(server) = NatsServer::start() else {
@@ -651,7 +660,7 @@ fn resident_kib(pid: u32) -> u64 {
 /// shared, core fan-out, JetStream shared): how long they take to start, how long 30,000 ids
 /// take to reach them, what each holds in memory, and what they lost or handled twice. A
 /// measurement for `docs/scale.md`, not a CI test (about two minutes on 2 cores):
-/// `cargo test --release -p ringbus-nats --test scale -- --ignored --nocapture fifty`.
+/// `cargo test --release -p ringbus-nats --test nats scale::fifty -- --ignored --nocapture`.
 /// It still asserts what the three-process tests assert, so a run that lost what it must not
 /// fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,14 @@
 //! (`publish(..)`, `()`/`Result<(), E>`, an async closure, `subscribe` for closures); and the
 //! builders, `Context` and forgotten futures warn when unused. One harness for all of them, so
 //! `cargo test` builds the cases' dependencies once.
+//!
+//! Ignored by a plain `cargo test`: trybuild builds the cases' dependencies (tokio, ringbus)
+//! a second time in a target dir of its own and compiles each case alone, about 40 s from a
+//! cold target on 2 cores, a third of what the rest of `cargo test --workspace` takes. CI
+//! (`.ci/run`) and `just test` run it: `cargo test -p ringbus --test ui -- --ignored`.
 
 #[test]
+#[ignore = "slow (a crate built per case): run with `cargo test -p ringbus --test ui -- --ignored`"]
 fn ui() {
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/pass/*.rs");

@@ -2,7 +2,7 @@
 //! `subscribe` returned; `unsubscribe` handles what was queued and stops, releasing a
 //! publisher that waited on it. Also unbuffered topics (capacity 0) and batch subscribers.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! and every handler task has finished; a bounded variant reports what was left; closing from
 //! inside a handler does not deadlock; dropping the close future does not reopen the bus.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! instances of a service. Fan-out: each sees every message. Shared: each message goes to
 //! exactly one of them (on core, barring losses the test rules out by keeping the client's
 //! buffer larger than the run). Against a real `nats-server` on 127.0.0.1 (skipped without
-//! one unless `REQUIRE_NATS=1`). The multi-process version is `tests/scale.rs`.
+//! one unless `REQUIRE_NATS=1`). The multi-process version is `tests/nats/scale.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! that was subscribed when the publish began, across `unsubscribe` and `close`. Topics are
 //! small (capacity 4) so that publishers keep running into backpressure.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;

@@ -305,10 +305,111 @@ async fn subscriber_functions_with_reply_answer_requests() {
 
 /// Compile-time: requests and their errors cross tasks, and a request future is `Send`.
 #[allow(dead_code)]
-fn send_sync_unpin(prices: ringbus::Topic<Prices>) {
+fn send_sync_unpin(prices: ringbus::Topic<Prices>, mut responder: ringbus::Responder<u64>) {
     fn all<T: Send + Sync + Unpin>() {}
     fn send<T: Send>(_: T) {}
     all::<Request<u32, u64>>();
     all::<RequestError<u32>>();
+    all::<ringbus::Responder<u64>>();
     send(async move { prices.request(1).await });
+    send(async move { responder.closed().await });
+}
+
+/// A subscriber that takes the request over answers it from another task, after its
+/// handler returned; each way a responder can end reaches the requester as documented.
+#[tokio::test]
+async fn a_responder_answers_after_its_handler_returned() {
+    let bus = Bus::new();
+    let (tx, mut taken) = tokio::sync::mpsc::unbounded_channel();
+    let _forward = bus
+        .subscribe("forwarded", move |request: &Prices| {
+            let _ = tx.send((*request.message(), request.responder(), request.deadline()));
+            async {}
+        })
+        .unwrap();
+    let topic = bus.topic::<Prices>("forwarded").unwrap();
+    let ctx = Context::new().with_timeout(Duration::from_secs(10));
+
+    // Answered after the handler returned (and after the bus went idle).
+    let asking = tokio::spawn({
+        let (topic, ctx) = (topic.clone(), ctx.clone());
+        async move { topic.request_with(&ctx, 1).await }
+    });
+    let (n, responder, deadline) = taken.recv().await.unwrap();
+    assert_eq!((n, deadline), (1, ctx.deadline()));
+    bus.wait_idle().await;
+    assert!(responder.unwrap().reply(10).is_ok());
+    assert_eq!(asking.await.unwrap().unwrap(), 10);
+
+    // Dropped without an answer: unanswered, at once.
+    let asking = tokio::spawn({
+        let (topic, ctx) = (topic.clone(), ctx.clone());
+        async move { topic.request_with(&ctx, 2).await }
+    });
+    drop(taken.recv().await.unwrap().1);
+    assert!(matches!(
+        asking.await.unwrap(),
+        Err(RequestError::Unanswered)
+    ));
+
+    // Failed and timed out.
+    for fail in [true, false] {
+        let asking = tokio::spawn({
+            let (topic, ctx) = (topic.clone(), ctx.clone());
+            async move { topic.request_with(&ctx, 3).await }
+        });
+        let responder = taken.recv().await.unwrap().1.unwrap();
+        assert!(if fail {
+            responder.fail("remote said no")
+        } else {
+            responder.time_out()
+        });
+        match (fail, asking.await.unwrap()) {
+            (true, Err(RequestError::Failed(why))) => assert_eq!(why, "remote said no"),
+            (false, Err(RequestError::Timeout(None))) => {}
+            (_, other) => panic!("{other:?}"),
+        }
+    }
+
+    // The requester stopped waiting: the reply comes back to the responder.
+    let short = Context::new().with_timeout(Duration::from_millis(20));
+    let asked = topic.request_with(&short, 4).await;
+    assert!(
+        matches!(asked, Err(RequestError::Timeout(None))),
+        "{asked:?}"
+    );
+    let mut responder = taken.recv().await.unwrap().1.unwrap();
+    responder.closed().await;
+    assert!(responder.is_closed());
+    assert_eq!(responder.reply(40), Err(40));
+    bus.close().await;
+}
+
+/// A request taken over leaves the replier's later answer a counted duplicate.
+#[tokio::test]
+async fn a_request_taken_over_is_not_answered_again_by_a_replier() {
+    let bus = Bus::new();
+    let (tx, mut taken) = tokio::sync::mpsc::unbounded_channel();
+    let _forward = bus
+        .subscribe("once", move |request: &Prices| {
+            let _ = tx.send(request.responder());
+            async {}
+        })
+        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let replier = bus
+        .reply("once", gated(gate.clone(), Arc::new(Notify::new())))
+        .unwrap();
+    let topic = bus.topic::<Prices>("once").unwrap();
+    let asking = tokio::spawn({
+        let topic = topic.clone();
+        async move { topic.request(7).await }
+    });
+    let responder = taken.recv().await.unwrap().expect("nobody answered yet");
+    assert!(responder.reply(1).is_ok());
+    assert_eq!(asking.await.unwrap().unwrap(), 1);
+    gate.add_permits(1);
+    bus.wait_idle().await;
+    assert_eq!(replier.stats().duplicate_replies, 1);
+    bus.close().await;
 }

@@ -1,9 +1,12 @@
-//! One conformance suite, three transports: the in-process bus alone, two buses linked over
-//! NATS core, and two buses linked over JetStream. Each case checks the promises its mode
-//! makes (see the crate docs): what every mode promises is checked in all three.
+//! One conformance suite, four transports: the in-process bus alone, two buses linked over
+//! NATS core through the in-memory stand-in (`testing::MemoryNats`), over NATS core through
+//! a `nats-server`, and over JetStream. Each case checks the promises its mode makes (see the
+//! crate docs): what every mode promises is checked in all four, and what core promises is
+//! checked against the stand-in as against the real server.
 //!
-//! Every NATS case starts its own `nats-server` on 127.0.0.1 (see `ringbus_nats::testing`);
-//! without the binary the cases skip with a message, unless `REQUIRE_NATS=1` (as in CI).
+//! Every `nats-server` case starts its own server on 127.0.0.1 (see `ringbus_nats::testing`);
+//! without the binary those cases skip with a message, unless `REQUIRE_NATS=1` (as in CI).
+//! The stand-in's cases always run, before them.
 //! Waits are bounded by timeouts that fail the test; none is a sleep standing in for an event.
 
 use std::collections::BTreeMap;
@@ -11,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringbus::{Bus, Context, PublishError};
-use ringbus_nats::testing::NatsServer;
+use ringbus_nats::testing::{MemoryNats, NatsServer};
 use ringbus_nats::{Envelope, JetStreamOptions, Link, Mode};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -42,11 +45,14 @@ struct Seen {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     InProcess,
+    /// NATS core through `MemoryNats`.
+    Memory,
     Core,
     JetStream,
 }
 
-const ALL: [Kind; 3] = [Kind::InProcess, Kind::Core, Kind::JetStream];
+// The cases that need no nats-server first: a case returns at the first kind that skips.
+const ALL: [Kind; 4] = [Kind::InProcess, Kind::Memory, Kind::Core, Kind::JetStream];
 
 /// A handler's verdict on a message: `Ok`, or fail this delivery.
 type Verdict = Arc<dyn Fn(&Msg, u32) -> bool + Send + Sync>;
@@ -55,6 +61,7 @@ type Verdict = Arc<dyn Fn(&Msg, u32) -> bool + Send + Sync>;
 struct Pair {
     kind: Kind,
     server: Option<NatsServer>,
+    memory: Option<MemoryNats>,
     publisher: Bus,
     subscriber: Bus,
     pub_link: Option<Link>,
@@ -73,8 +80,8 @@ fn js_options() -> JetStreamOptions {
     }
 }
 
-async fn connect(server: &NatsServer, bus: &Bus) -> Link {
-    Link::builder(server.url())
+async fn connect(url: String, bus: &Bus) -> Link {
+    Link::builder(url)
         .prefix("conf")
         .jetstream(js_options())
         .connect(bus)
@@ -90,8 +97,12 @@ impl Pair {
     /// `None` when the case must skip (no nats-server, and not required).
     async fn with_verdict(kind: Kind, verdict: Verdict) -> Option<Pair> {
         let server = match kind {
-            Kind::InProcess => None,
+            Kind::InProcess | Kind::Memory => None,
             Kind::Core | Kind::JetStream => Some(NatsServer::start()?),
+        };
+        let memory = match kind {
+            Kind::Memory => Some(MemoryNats::start().expect("a loopback port")),
+            _ => None,
         };
         let publisher = Bus::new();
         let subscriber = if kind == Kind::InProcess {
@@ -131,15 +142,20 @@ impl Pair {
                 }
             })
             .unwrap();
-        let (pub_link, sub_link) = match (&server, kind) {
-            (Some(server), Kind::Core | Kind::JetStream) => {
-                let mode = if kind == Kind::Core {
-                    Mode::Core
-                } else {
+        let url = match (&server, &memory) {
+            (Some(server), _) => Some(server.url()),
+            (_, Some(memory)) => Some(memory.url()),
+            _ => None,
+        };
+        let (pub_link, sub_link) = match url {
+            Some(url) => {
+                let mode = if kind == Kind::JetStream {
                     Mode::JetStream
+                } else {
+                    Mode::Core
                 };
-                let pub_link = connect(server, &publisher).await;
-                let sub_link = connect(server, &subscriber).await;
+                let pub_link = connect(url.clone(), &publisher).await;
+                let sub_link = connect(url, &subscriber).await;
                 sub_link.import::<Msg>(TOPIC, mode).await.unwrap();
                 pub_link.export::<Msg>(TOPIC, mode).await.unwrap();
                 (Some(pub_link), Some(sub_link))
@@ -149,6 +165,7 @@ impl Pair {
         Some(Pair {
             kind,
             server,
+            memory,
             publisher,
             subscriber,
             pub_link,
@@ -485,21 +502,10 @@ async fn jetstream_loses_nothing_across_a_server_kill_and_restart() {
     pair.close_subscriber().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn core_is_still_linked_after_a_server_restart() {
-    let Some(mut pair) = Pair::new(Kind::Core).await else {
-        return;
-    };
-    pair.publish(item(0)).await;
-    assert_eq!(pair.next().await.body.n, 0);
-    let mut server = pair.server.take().unwrap();
-    let server = tokio::task::spawn_blocking(move || {
-        server.restart();
-        server
-    })
-    .await
-    .unwrap();
-    pair.server = Some(server);
+/// After a lost connection: waits until both links are connected again, then publishes
+/// until a message arrives (at most once: what was sent before the subscription was back
+/// on the server may be lost).
+async fn delivers_again_after_reconnecting(pair: &mut Pair) {
     let (pub_link, sub_link) = (
         pair.pub_link.as_ref().unwrap(),
         pair.sub_link.as_ref().unwrap(),
@@ -525,11 +531,65 @@ async fn core_is_still_linked_after_a_server_restart() {
             }
             _ => assert!(
                 tokio::time::Instant::now() < deadline,
-                "no delivery after restart"
+                "no delivery after reconnecting"
             ),
         }
         n += 1;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_is_still_linked_after_a_server_restart() {
+    let Some(mut pair) = Pair::new(Kind::Core).await else {
+        return;
+    };
+    pair.publish(item(0)).await;
+    assert_eq!(pair.next().await.body.n, 0);
+    let mut server = pair.server.take().unwrap();
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    pair.server = Some(server);
+    delivers_again_after_reconnecting(&mut pair).await;
     let mut pair = pair.close().await;
     pair.close_subscriber().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_core_is_still_linked_after_its_connections_drop() {
+    let Some(mut pair) = Pair::new(Kind::Memory).await else {
+        unreachable!("the stand-in never skips");
+    };
+    pair.publish(item(0)).await;
+    assert_eq!(pair.next().await.body.n, 0);
+    pair.memory.as_ref().unwrap().drop_connections();
+    delivers_again_after_reconnecting(&mut pair).await;
+    let mut pair = pair.close().await;
+    pair.close_subscriber().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_refuses_jetstream_with_an_error_that_says_so() {
+    let memory = MemoryNats::start().expect("a loopback port");
+    let bus = Bus::new();
+    let link = connect(memory.url(), &bus).await;
+    for linked in [
+        link.export::<Msg>("a", Mode::JetStream).await,
+        link.import::<Msg>("b", Mode::JetStream).await,
+    ] {
+        match linked {
+            Err(ringbus_nats::LinkError::JetStream(why)) => {
+                assert!(why.contains("MemoryNats"), "{why}")
+            }
+            other => panic!("expected a JetStream error, got {other:?}"),
+        }
+    }
+    // Refused without linking anything: the topics can be linked in core mode.
+    link.export::<Msg>("a", Mode::Core).await.unwrap();
+    link.import::<Msg>("b", Mode::Core).await.unwrap();
+    assert!(link.close(WAIT).await.complete);
+    bus.close().await;
 }

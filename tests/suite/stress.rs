@@ -25,7 +25,7 @@
 //! And for the bus: no publish that began after `close` returned succeeded, and every
 //! subscriber task has ended once everything is joined.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};

@@ -2,7 +2,7 @@
 //! subscribing with another is an `Err` naming the topic and both types, never a panic, and a
 //! refused message comes back.
 
-mod common;
+use crate::common;
 
 use ringbus::{Bus, Error, PublishError, SubscribeOptions, Subscription, TypeMismatch};
 

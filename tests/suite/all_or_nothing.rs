@@ -2,7 +2,7 @@
 //! dropped before it completes has reached no subscriber, and an error gives the very message
 //! back. Driven at poll level (tokio-test) on paused time, so every step is deterministic.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

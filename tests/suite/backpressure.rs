@@ -2,7 +2,7 @@
 //! `try_publish` says `Full(msg)` at once, a subscriber with a stall timeout is detached
 //! instead of holding publishers forever, and no handler ever sees a slot being overwritten.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
