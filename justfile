@@ -21,6 +21,7 @@ slow-tests:
 # The ringbus-nats tests against a real nats-server, failing (not skipping) if it is not installed.
 nats:
     REQUIRE_NATS=1 cargo test -p ringbus-nats
+    REQUIRE_NATS=1 cargo test -p ringbus-nats --features otel --test otel
 
 # The loom models of the ring's protocols and the bus's writer lock (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
 loom preemptions="3":
@@ -36,6 +37,7 @@ plant-bugs *words:
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy -p ringbus-nats --all-targets --features otel -- -D warnings
 
 # Every scenario, ringbus beside each peer in interleaved rounds; writes docs/benchmarks/results.json
 # and README.md (RUSTFLAGS cleared so figures are reproducible). `just bench quick`: under 3 minutes,
