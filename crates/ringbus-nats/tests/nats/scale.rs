@@ -361,7 +361,7 @@ async fn core_shared_three_processes_handle_each_message_at_most_once() {
         done.push(w.stop().await);
     }
     let times = tally(&done);
-    let duplicates: Vec<_> = times.iter().filter(|(_, &n)| n > 1).collect();
+    let duplicates: Vec<_> = times.iter().filter(|&(_, &n)| n > 1).collect();
     assert!(
         duplicates.is_empty(),
         "shared core import: {} ids handled more than once, first {:?}",

@@ -146,7 +146,7 @@ async fn shared_imports_give_each_message_to_one_instance() {
             COUNT,
             "{mode:?}: some message not handled"
         );
-        let twice: Vec<_> = union.iter().filter(|(_, &n)| n > 1).collect();
+        let twice: Vec<_> = union.iter().filter(|&(_, &n)| n > 1).collect();
         assert!(
             twice.is_empty(),
             "{mode:?}: handled by more than one instance: {} ids, first {:?}",
