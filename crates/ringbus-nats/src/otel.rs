@@ -29,6 +29,11 @@
 //!   without the headers (from a link without the feature, or another client) starts a
 //!   trace at `ringbus.import`.
 //!
+//! - **Requests** (`export_requests` / `import_requests`) the same way: the forwarder that
+//!   sends a request out is a handler call too, and writes its span's context into the
+//!   request's headers; the answering side's `ringbus.import` span is the parent of its
+//!   repliers' `ringbus.handle` spans.
+//!
 //! Nothing is written or read while no `tracing-opentelemetry` layer records the spans: the
 //! export's span then has no valid OpenTelemetry context, and `ringbus.import` is disabled
 //! (and not kept by the bus) when nobody listens at `DEBUG`.

@@ -60,9 +60,7 @@ use std::time::Duration;
 use async_nats::{HeaderMap, HeaderValue, StatusCode, Subject};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use ringbus::{
-    Context, Handler, HandlerError, Request, RequestError, Responder, SubscribeOptions, Topic,
-};
+use ringbus::{Handler, HandlerError, Request, RequestError, Responder, SubscribeOptions, Topic};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -170,6 +168,8 @@ where
         if let Ok(v) = left.to_string().parse::<HeaderValue>() {
             headers.insert(TIMEOUT_HEADER, v);
         }
+        // Feature `otel`: the trace context of this forwarder's handler span (see `otel`).
+        crate::otel::inject(&mut headers);
         let token = self.pending.next_token.fetch_add(1, Ordering::Relaxed);
         {
             let mut table = self.pending.table();
@@ -716,7 +716,9 @@ async fn serve_one<T, R, C>(
                 .and_then(|h| h.get(TIMEOUT_HEADER))
                 .and_then(|v| v.as_str().parse::<u64>().ok())
                 .map_or(link.request_timeout, Duration::from_millis);
-            let ctx = Context::new().with_timeout(left);
+            // Feature `otel`: the repliers' spans continue the requester's trace.
+            let ctx = crate::otel::context(local.name(), subject, message.headers.as_ref())
+                .with_timeout(left);
             match local.request_with(&ctx, msg).await {
                 Ok(reply) => {
                     match encode::<R, C>(codec, &reply, local.name(), None, link.max_message_bytes)

@@ -1,6 +1,7 @@
 //! The conformance case of the `otel` feature, over a real nats-server, on core and on
 //! JetStream: one trace covers the publisher, the export, NATS, the import and the remote
-//! handler, and the export's span id arrives intact as the import's remote parent.
+//! handler, and the export's span id arrives intact as the import's remote parent. The same
+//! for a request answered in the other process (`export_requests` / `import_requests`).
 //!
 //! One process plays both sides (two buses, two links): the spans of both are recorded by one
 //! OpenTelemetry tracer provider through `tracing-opentelemetry`, installed once as the global
@@ -13,7 +14,7 @@ use std::time::Duration;
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
-use ringbus::{Bus, Context, SubscribeOptions};
+use ringbus::{Bus, Context, Request, SubscribeOptions};
 use ringbus_nats::testing::NatsServer;
 use ringbus_nats::{Link, Mode};
 use serde::{Deserialize, Serialize};
@@ -194,4 +195,72 @@ async fn the_trace_crosses_nats_core() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trace_crosses_jetstream() {
     one_trace_from_publisher_to_remote_handler(Mode::JetStream, "traced-js").await;
+}
+
+/// A request answered in the other process: the requester's span, the forwarder's handler
+/// span (`nats-export-requests:<topic>`), NATS, the `ringbus.import` span, the remote
+/// replier's handler span: one trace, the forwarder's span id arriving as the remote parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_crosses_nats_with_a_request() {
+    let spans = spans();
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let topic = "traced-request";
+    let requester = Bus::new();
+    let answerer = Bus::new();
+    let replier = format!("replier-{topic}");
+    let _replier = answerer
+        .reply_with(
+            topic,
+            SubscribeOptions::new().name(replier.clone()),
+            |q: &u32| {
+                let q = *q;
+                async move { u64::from(q) * 10 }
+            },
+        )
+        .unwrap();
+    let connect = |bus: &Bus| {
+        let url = server.url();
+        let bus = bus.clone();
+        async move {
+            Link::builder(url)
+                .prefix("otel")
+                .connect(&bus)
+                .await
+                .unwrap()
+        }
+    };
+    let req_link = connect(&requester).await;
+    let ans_link = connect(&answerer).await;
+    ans_link.import_requests::<u32, u64>(topic).await.unwrap();
+    req_link.export_requests::<u32, u64>(topic).await.unwrap();
+
+    let prices = requester.topic::<Request<u32, u64>>(topic).unwrap();
+    let answer = {
+        let ask = tracing::info_span!("ask-price", topic);
+        let ctx = Context::new().with_parent(ask.clone()).with_timeout(WAIT);
+        prices.request_with(&ctx, 7).await
+    };
+    assert_eq!(answer.ok(), Some(70), "not answered remotely");
+
+    let forward = format!("nats-export-requests:{topic}");
+    let ask = spans.find("ask-price", "topic", topic).await;
+    let forwarded = spans.find("ringbus.handle", "subscriber", &forward).await;
+    let import = spans.find("ringbus.import", "topic", topic).await;
+    let replied = spans.find("ringbus.handle", "subscriber", &replier).await;
+
+    assert_eq!(forwarded.trace, ask.trace);
+    assert_eq!(forwarded.parent, ask.span);
+    assert_eq!(import.trace, ask.trace, "the trace id crossed NATS");
+    assert_eq!(import.parent, forwarded.span, "the parent id crossed NATS");
+    assert!(import.remote_parent);
+    assert_eq!(replied.trace, ask.trace);
+    assert_eq!(replied.parent, import.span);
+
+    for link in [req_link, ans_link] {
+        assert!(link.close(WAIT).await.complete);
+    }
+    requester.close().await;
+    answerer.close().await;
 }
