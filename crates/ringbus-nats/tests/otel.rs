@@ -103,6 +103,15 @@ impl Collect {
     }
 }
 
+/// A link of `bus` to `server`, both sides with the same prefix.
+async fn connect(server: &NatsServer, bus: &Bus) -> Link {
+    Link::builder(server.url())
+        .prefix("otel")
+        .connect(bus)
+        .await
+        .unwrap()
+}
+
 async fn one_trace_from_publisher_to_remote_handler(mode: Mode, topic: &str) {
     let spans = spans();
     let Some(server) = NatsServer::start() else {
@@ -124,19 +133,8 @@ async fn one_trace_from_publisher_to_remote_handler(mode: Mode, topic: &str) {
             },
         )
         .unwrap();
-    let connect = |bus: &Bus| {
-        let url = server.url();
-        let bus = bus.clone();
-        async move {
-            Link::builder(url)
-                .prefix("otel")
-                .connect(&bus)
-                .await
-                .unwrap()
-        }
-    };
-    let pub_link = connect(&publisher).await;
-    let sub_link = connect(&subscriber).await;
+    let pub_link = connect(&server, &publisher).await;
+    let sub_link = connect(&server, &subscriber).await;
     sub_link.import::<Order>(topic, mode).await.unwrap();
     pub_link.export::<Order>(topic, mode).await.unwrap();
 
@@ -220,19 +218,8 @@ async fn the_trace_crosses_nats_with_a_request() {
             },
         )
         .unwrap();
-    let connect = |bus: &Bus| {
-        let url = server.url();
-        let bus = bus.clone();
-        async move {
-            Link::builder(url)
-                .prefix("otel")
-                .connect(&bus)
-                .await
-                .unwrap()
-        }
-    };
-    let req_link = connect(&requester).await;
-    let ans_link = connect(&answerer).await;
+    let req_link = connect(&server, &requester).await;
+    let ans_link = connect(&server, &answerer).await;
     ans_link.import_requests::<u32, u64>(topic).await.unwrap();
     req_link.export_requests::<u32, u64>(topic).await.unwrap();
 
