@@ -400,3 +400,44 @@ async fn a_handler_span_is_a_child_of_the_span_its_publish_gave() {
     let closed = capture.spans("span-parented-in");
     assert_eq!(closed.len(), 2, "{closed:#?}");
 }
+
+/// Guarantee 3 on the parented path (`Context::with_parent` takes its own route through the
+/// topic): a publish with a parent that is cancelled while it waits for room gives its
+/// message back, reaches no subscriber, and the bus keeps nothing of it (its parent span
+/// closes at once).
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_publish_with_a_parent_gives_its_message_back_and_keeps_no_span() {
+    let capture = capture();
+    let bus = Bus::builder().capacity(1).build();
+    let gate = Gate::closed();
+    let mut slow = gated_with(
+        &bus,
+        "span-parent-cancelled",
+        SubscribeOptions::new().name("slow"),
+        &gate,
+    );
+    let topic = bus.topic::<u64>("span-parent-cancelled").unwrap();
+    topic.publish(0).await.unwrap();
+    assert_eq!(take(&mut slow.entered, 1).await, [0]); // the ring is full from here
+
+    let parent = tracing::info_span!("received", topic = "span-parent-cancelled-in", m = 1u64);
+    let ctx = Context::new()
+        .with_parent(parent)
+        .with_timeout(Duration::from_millis(20));
+    match topic.publish_with(&ctx, 1).await {
+        Err(PublishError::Cancelled(1)) => {}
+        other => panic!("expected Cancelled(1), got {other:?}"),
+    }
+    drop(ctx);
+    // Its entry was removed when the publish gave up: the span closed with the context.
+    assert_eq!(capture.spans("span-parent-cancelled-in").len(), 1);
+
+    gate.open();
+    topic.publish(2).await.unwrap();
+    bus.close().await;
+    assert_eq!(
+        slow.log.snapshot(),
+        [0, 2],
+        "the cancelled message reached no subscriber"
+    );
+}
