@@ -20,6 +20,7 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::mem::ManuallyDrop;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -434,17 +435,6 @@ impl Outcome {
     }
 }
 
-/// Cancels `done` when the task ends, however it ends (returns, panics or is aborted).
-struct DoneGuard<'a>(&'a SubShared);
-
-impl Drop for DoneGuard<'_> {
-    fn drop(&mut self) {
-        self.0.metrics.ended();
-        self.0.done.cancel();
-        self.0.bus.progressed();
-    }
-}
-
 /// Waits until there is a message before the stop position (`true`), or the ring is closed
 /// and drained or the stop position is reached (`false`).
 ///
@@ -562,7 +552,7 @@ impl<T, const TRACED: bool> Future for NextOrSwitch<'_, T, TRACED> {
 /// panic right there), which is polled once inline (no timer for handlers that finish at
 /// once), then under the stall timeout, if any. Panics are caught, in `call` and in the
 /// future alike. `None` means it stalled.
-async fn guarded<C, F>(call: C, stall: Option<Duration>) -> Option<Result<(), Failure>>
+async fn guarded<C, F>(call: C, stall: &mut Stall) -> Option<Result<(), Failure>>
 where
     C: FnOnce() -> F,
     F: Future<Output = Result<(), HandlerError>>,
@@ -575,10 +565,7 @@ where
     let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
     let result = match first {
         Poll::Ready(result) => result,
-        Poll::Pending => match stall {
-            None => call.await,
-            Some(timeout) => tokio::time::timeout(timeout, call).await.ok()?,
-        },
+        Poll::Pending => stall.wait(call).await?,
     };
     Some(Failure::of(result))
 }
@@ -590,11 +577,7 @@ where
 /// A function of its own, called only when some subscriber wants the span
 /// (`observe::span_if_wanted`): entering a span in `guarded`, even a disabled one, cost every
 /// delivery 6 to 40 instructions in the cost gate, whoever listened.
-async fn guarded_in<C, F>(
-    call: C,
-    stall: Option<Duration>,
-    span: &Span,
-) -> Option<Result<(), Failure>>
+async fn guarded_in<C, F>(call: C, stall: &mut Stall, span: &Span) -> Option<Result<(), Failure>>
 where
     C: FnOnce() -> F,
     F: Future<Output = Result<(), HandlerError>>,
@@ -615,10 +598,7 @@ where
     };
     let result = match Once(&mut call).await {
         Poll::Ready(result) => result,
-        Poll::Pending => match stall {
-            None => call.await,
-            Some(timeout) => tokio::time::timeout(timeout, call).await.ok()?,
-        },
+        Poll::Pending => stall.wait(pin!(call)).await?,
     };
     Some(Failure::of(result))
 }
@@ -662,6 +642,51 @@ impl<F: Future> Future for Once<'_, '_, F> {
     }
 }
 
+/// A subscriber's stall timeout, and the timer that times it: made the first time a handler
+/// call does not finish at once, then reset for each such call. One allocation per subscriber
+/// that has a timeout and a handler that waits, rather than a `tokio::time::Timeout` in the
+/// task's future: that made every task 96 bytes bigger, and tokio copies a task's future
+/// several times while it spawns and ends it (the copies were 16 % of a subscribe in the cost
+/// gate).
+pub(crate) struct Stall {
+    timeout: Option<Duration>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Stall {
+    pub(crate) fn new(timeout: Option<Duration>) -> Self {
+        Self {
+            timeout,
+            timer: None,
+        }
+    }
+
+    /// Runs `call` to its end, or until the stall timeout passes (`None`), as
+    /// `tokio::time::timeout` would: the call is polled before the timer.
+    async fn wait<F: Future>(&mut self, mut call: Pin<&mut F>) -> Option<F::Output> {
+        let Some(timeout) = self.timeout else {
+            return Some(call.await);
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        poll_fn(|cx| {
+            if let Poll::Ready(output) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(output));
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await
+    }
+}
+
 /// The text of a panic's payload, for the log.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -694,27 +719,72 @@ fn detach(sub: &SubShared) {
 /// a build without span code, in the cost gate; 15 when the level was checked per message). A tracing subscriber installed
 /// while the task waits, or while it keeps finding messages, is seen at its next wait: the
 /// messages until then run as before (`tests/spans_switch.rs`).
-pub(crate) async fn run<T, H>(mut reader: Reader<T>, handler: H, sub: Arc<SubShared>)
+pub(crate) fn run<T, H>(
+    reader: Reader<T>,
+    handler: H,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
 where
     T: Send + Sync + 'static,
     H: Handler<T>,
 {
-    let _done = DoneGuard(&sub);
-    let mut handled = 0;
-    let mut traced = observe::spans_wanted();
-    loop {
-        let step = if traced {
-            handle_traced(&mut reader, &handler, &sub, handled).await
-        } else {
-            handle_plain(&mut reader, &handler, &sub, handled).await
-        };
-        match step {
-            Step::Switch(now) => {
-                handled = now;
-                traced = !traced;
+    // An `async` block over one `Running` made out here, not an `async fn`: an `async fn`
+    // keeps each argument twice in its future (as passed, and as the body's local), which
+    // made every task's future 104 bytes bigger (see `Stall` for why that matters).
+    let mut running = Running::new(reader, sub);
+    async move {
+        let mut handled = 0;
+        let mut traced = observe::spans_wanted();
+        loop {
+            let Running { reader, sub, stall } = &mut running;
+            let step = if traced {
+                // Boxed: the traced loop's future is 100 bytes bigger than the plain one's,
+                // and every task would carry it. One allocation each time the task takes the
+                // traced path (at its start, or when tracing's level changes).
+                Box::pin(handle_traced(reader, &handler, sub, stall, handled)).await
+            } else {
+                handle_plain(reader, &handler, sub, stall, handled).await
+            };
+            match step {
+                Step::Switch(now) => {
+                    handled = now;
+                    traced = !traced;
+                }
+                // Dropping `running` leaves the ring, then marks the subscriber ended.
+                Step::End => return,
             }
-            Step::End => return, // dropping the reader releases our place in the ring
         }
+    }
+}
+
+/// What a subscriber's task owns: its reader, its shared state and its stall timer. Dropped
+/// however the task ends (it returns, panics or is aborted): the reader first, which leaves
+/// the ring, then the subscriber is marked ended, so whoever waits for that (`unsubscribe`,
+/// `close`) finds it gone from the topic.
+struct Running<T> {
+    reader: ManuallyDrop<Reader<T>>,
+    sub: Arc<SubShared>,
+    stall: Stall,
+}
+
+impl<T> Running<T> {
+    fn new(reader: Reader<T>, sub: Arc<SubShared>) -> Self {
+        Self {
+            reader: ManuallyDrop::new(reader),
+            stall: Stall::new(sub.stall_timeout),
+            sub,
+        }
+    }
+}
+
+impl<T> Drop for Running<T> {
+    fn drop(&mut self) {
+        // SAFETY: dropped here once, and `self.reader` is not used again: this is `Running`'s
+        // own drop.
+        unsafe { ManuallyDrop::drop(&mut self.reader) };
+        self.sub.metrics.ended();
+        self.sub.done.cancel();
+        self.sub.bus.progressed();
     }
 }
 
@@ -749,6 +819,7 @@ macro_rules! handle_loop {
             reader: &mut Reader<T>,
             handler: &H,
             sub: &SubShared,
+            stall: &mut Stall,
             mut handled: u64,
         ) -> Step
         where
@@ -767,7 +838,7 @@ macro_rules! handle_loop {
                     $span
                 };
                 let outcome = {
-                    let ($call, $stall, $in) = (call, sub.stall_timeout, &span);
+                    let ($call, $stall, $in) = (call, &mut *stall, &span);
                     $run
                 };
                 let Some(outcome) = outcome else {
@@ -817,52 +888,63 @@ handle_loop!(
 );
 
 /// The task of a batch subscriber.
-pub(crate) async fn run_batch<T, H>(mut reader: Reader<T>, handler: H, sub: Arc<SubShared>)
+pub(crate) fn run_batch<T, H>(
+    reader: Reader<T>,
+    handler: H,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
 where
     T: Send + Sync + 'static,
     H: BatchHandler<T>,
 {
-    let _done = DoneGuard(&sub);
-    let mut handled = 0;
-    while next(&mut reader, &sub).await {
-        // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
-        // position (its `published()` was read before we got this far): then stop, as `next`
-        // would, rather than underflow or hand the handler an empty batch.
-        let stop_at = sub.stop_at.load(Ordering::Acquire);
-        let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
-            break;
-        };
-        // `next` paid for the first `PER_UNIT` messages; pay for the rest of what is there
-        // (at most what the budget allows: see `coop`). `lag` is at least 1 here: `next`
-        // saw a message, and the writer's cursor it reads only grows.
-        let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
-        let more = limit.saturating_sub(coop::PER_UNIT);
-        let paid = coop::PER_UNIT + poll_fn(|cx| Poll::Ready(coop::pay_for(cx, more))).await;
-        let Ok(batch) = reader.try_recv_batch(limit.min(paid)) else {
-            continue;
-        };
-        let (first, second) = batch.as_slices();
-        let len = batch.len() as u64;
-        let began = sub.metrics.clock();
-        let call = || handler.call(Batch { first, second });
-        let span = observe::span_if_wanted(|| observe::batch_span(&sub, sub.start + handled, len));
-        let outcome = match &span {
-            None => guarded(call, sub.stall_timeout).await,
-            Some(span) => guarded_in(call, sub.stall_timeout, span).await,
-        };
-        let Some(outcome) = outcome else {
-            detach(&sub);
-            return;
-        };
-        drop(batch);
-        sub.metrics
-            .handled(began, len, || Outcome::of(&outcome), || reader.lag());
-        if let Err(failure) = outcome {
-            sub.record(failure, span.as_ref(), sub.start + handled, len);
+    // As `run`: one `Running`, the reader dropped before the subscriber is marked ended.
+    let mut running = Running::new(reader, sub);
+    async move {
+        let Running { reader, sub, stall } = &mut running;
+        let reader: &mut Reader<T> = reader;
+        let sub: &SubShared = sub;
+        let mut handled = 0;
+        while next(reader, sub).await {
+            // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
+            // position (its `published()` was read before we got this far): then stop, as `next`
+            // would, rather than underflow or hand the handler an empty batch.
+            let stop_at = sub.stop_at.load(Ordering::Acquire);
+            let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+                break;
+            };
+            // `next` paid for the first `PER_UNIT` messages; pay for the rest of what is there
+            // (at most what the budget allows: see `coop`). `lag` is at least 1 here: `next`
+            // saw a message, and the writer's cursor it reads only grows.
+            let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
+            let more = limit.saturating_sub(coop::PER_UNIT);
+            let paid = coop::PER_UNIT + poll_fn(|cx| Poll::Ready(coop::pay_for(cx, more))).await;
+            let Ok(batch) = reader.try_recv_batch(limit.min(paid)) else {
+                continue;
+            };
+            let (first, second) = batch.as_slices();
+            let len = batch.len() as u64;
+            let began = sub.metrics.clock();
+            let call = || handler.call(Batch { first, second });
+            let span =
+                observe::span_if_wanted(|| observe::batch_span(sub, sub.start + handled, len));
+            let outcome = match &span {
+                None => guarded(call, stall).await,
+                Some(span) => guarded_in(call, stall, span).await,
+            };
+            let Some(outcome) = outcome else {
+                detach(sub);
+                return;
+            };
+            drop(batch);
+            sub.metrics
+                .handled(began, len, || Outcome::of(&outcome), || reader.lag());
+            if let Err(failure) = outcome {
+                sub.record(failure, span.as_ref(), sub.start + handled, len);
+            }
+            handled += len;
+            sub.handled.store(handled, Ordering::Release); // pairs with `position`
+            sub.bus.progressed();
         }
-        handled += len;
-        sub.handled.store(handled, Ordering::Release); // pairs with `position`
-        sub.bus.progressed();
     }
 }
 
@@ -922,8 +1004,10 @@ impl Subscription {
         if CURRENT_SUBSCRIBER.try_with(|id| *id == self.sub.id) == Ok(true) {
             return;
         }
-        // Only the task's own panic would make this an error, and the task catches handler
-        // panics; an abort (bus close with a deadline) is an end like any other.
+        // Set when the task's state is dropped, however it ends (returns, panics, or is
+        // aborted by a bounded close), after its reader left the ring (see `Running`). Waiting
+        // for this rather than the task's `JoinHandle` spares every subscription the handle's
+        // upkeep (reading the task's output, dropping the handle after it ended).
         let _ = self.task.await;
     }
 }
