@@ -166,3 +166,18 @@ impl Rng {
         self.below(100) < percent
     }
 }
+
+/// A multi-thread runtime with one worker, that worker held (blocked in a task) until the
+/// returned sender sends or is dropped: what is spawned meanwhile is queued, not run, so a
+/// subscriber's first look at its ring finds everything published before the release.
+pub(crate) fn runtime_with_held_worker() -> (tokio::runtime::Runtime, std::sync::mpsc::Sender<()>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .expect("a multi-thread runtime");
+    let (release, hold) = std::sync::mpsc::channel::<()>();
+    runtime.spawn(async move {
+        let _ = hold.recv();
+    });
+    (runtime, release)
+}

@@ -432,3 +432,52 @@ fn try_publish_from_under_the_writer_does_not_wait_for_itself() {
     assert_eq!(published, Some(2));
     assert_eq!(total, 4);
 }
+
+/// A subscriber takes what is in its queue as one ring batch (see `subscriber::RUN`), but
+/// frees each message's slot as soon as its handler is done with it, not at the end of the
+/// batch: here the handler of message 1 blocks its thread until a publisher that needs message
+/// 0's slot has published. Freed only at the end of the batch, that publisher would wait for
+/// the very handler that waits for it (the watchdog then fails the test).
+#[test]
+fn a_subscriber_frees_each_slot_as_soon_as_it_handled_the_message() {
+    use std::sync::mpsc;
+    let (runtime, release_worker) = common::runtime_with_held_worker();
+    let bus = runtime.block_on(async { Bus::builder().capacity(2).build() });
+    let (started, handler_started) = mpsc::channel::<()>();
+    let (published, publish_done) = mpsc::channel::<()>();
+    let publish_done = std::sync::Mutex::new(publish_done);
+    let (seen, saw) = mpsc::channel::<bool>();
+    let _sub = runtime
+        .block_on(async {
+            bus.subscribe("t", move |m: &u64| {
+                if *m == 1 {
+                    let _ = started.send(());
+                    let in_time = publish_done
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10))
+                        .is_ok();
+                    let _ = seen.send(in_time);
+                }
+                std::future::ready(())
+            })
+        })
+        .unwrap();
+    let topic = runtime.block_on(async { bus.topic::<u64>("t") }).unwrap();
+    topic.try_publish(0).unwrap();
+    topic.try_publish(1).unwrap();
+    release_worker.send(()).unwrap();
+    let handle = runtime.handle().clone();
+    let publisher = std::thread::spawn(move || {
+        handler_started.recv().unwrap();
+        // Needs message 0's slot: the queue holds 2 and message 1 is still being handled.
+        handle.block_on(topic.publish(2)).unwrap();
+        let _ = published.send(());
+    });
+    assert!(
+        saw.recv().unwrap(),
+        "message 0's slot was not freed while message 1 was handled"
+    );
+    publisher.join().unwrap();
+    runtime.block_on(bus.close());
+}

@@ -558,3 +558,47 @@ async fn bounded_close_reports_a_handler_that_does_not_yield_as_running() {
     // Released, the blocked subscriber reads what is left of its closed ring and ends.
     blocked.unsubscribe().await;
 }
+
+/// A bounded close stops a subscriber after the handler call it is in, even in the middle of
+/// what the subscriber took from its queue at once (see `subscriber::RUN`): here the handler
+/// of message 0 blocks its thread while the close runs, with messages 1 to 3 taken in the
+/// same batch; released, the subscriber handles nothing more.
+#[test]
+fn a_bounded_close_stops_a_subscriber_in_the_middle_of_what_it_took_at_once() {
+    use std::sync::mpsc;
+    let (runtime, release_worker) = common::runtime_with_held_worker();
+    let bus = runtime.block_on(async { Bus::builder().capacity(8).build() });
+    let (entered_tx, entered) = mpsc::channel::<u64>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let sub = runtime
+        .block_on(async {
+            bus.subscribe("t", move |m: &u64| {
+                let _ = entered_tx.send(*m);
+                if *m == 0 {
+                    let _ = released.lock().unwrap().recv();
+                }
+                std::future::ready(())
+            })
+        })
+        .unwrap();
+    for m in 0..4u64 {
+        bus.try_publish("t", m).unwrap();
+    }
+    release_worker.send(()).unwrap();
+    assert_eq!(entered.recv_timeout(Duration::from_secs(10)), Ok(0));
+
+    // Closed from this thread (the worker is blocked in the handler).
+    let token = CancellationToken::new();
+    token.cancel();
+    let report = runtime.block_on(bus.close_with(&Context::from(token)));
+    assert!(!report.complete);
+    release.send(()).unwrap();
+    runtime.block_on(sub.unsubscribe());
+
+    assert_eq!(
+        entered.try_iter().collect::<Vec<_>>(),
+        Vec::<u64>::new(),
+        "handled after the close stopped it"
+    );
+}

@@ -480,6 +480,61 @@ impl<T> Batch<'_, T> {
         let (a, b) = self.as_slices();
         a.iter().chain(b.iter())
     }
+
+    /// The item at `index` (0 is the oldest the batch still holds), if the batch holds it.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<&T> {
+        if index >= self.len {
+            return None;
+        }
+        // SAFETY: `cursor + index` is within `cursor..cursor + len`, published and not yet
+        // released (see `as_slices`).
+        Some(unsafe { &*self.reader.shared.slot(self.reader.cursor + index as u64) })
+    }
+
+    /// Releases the oldest `n` items now (at most the batch's length), with one cursor store,
+    /// waking whoever waits for them; the batch keeps the rest (`get(0)` is then the first of
+    /// those).
+    ///
+    /// For a reader that works through a batch item by item: it looks at the ring once for
+    /// the batch, and releases each item as it is done with it, so a writer waiting for room
+    /// gets it at once.
+    ///
+    /// ```
+    /// let (mut writer, stage) = ringbus_core::Builder::new(2).build::<u32>();
+    /// let mut reader = stage.reader().unwrap();
+    /// writer.try_publish(1).unwrap();
+    /// writer.try_publish(2).unwrap();
+    /// let mut batch = reader.try_recv_batch(2).unwrap();
+    /// assert!(writer.try_publish(3).is_err()); // full
+    /// batch.release(1);
+    /// assert_eq!(batch.get(0), Some(&2));
+    /// writer.try_publish(3).unwrap(); // the released slot
+    /// batch.truncate(0); // keep 2 for later
+    /// drop(batch);
+    /// assert_eq!(*reader.try_recv().unwrap(), 2);
+    /// ```
+    #[inline]
+    pub fn release(&mut self, n: usize) {
+        let n = n.min(self.len);
+        if n > 0 {
+            self.len -= n;
+            self.reader.advance(n);
+        }
+    }
+
+    /// Shortens the batch to its oldest `n` items: dropping it then releases only those, and
+    /// the reader reads the others again. Does nothing if the batch holds `n` or fewer.
+    #[inline]
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
+    /// Items published but not yet released by this reader: the batch's own and those after
+    /// it (a snapshot).
+    pub fn lag(&self) -> u64 {
+        self.reader.lag()
+    }
 }
 
 impl<T> Drop for Batch<'_, T> {

@@ -53,6 +53,18 @@ tokio::task_local! {
 /// No unsubscribe requested.
 const RUNNING: u64 = u64::MAX;
 
+/// The most messages a one-message subscriber takes from the ring at once (tokio's budget is
+/// 128 units, one per message, so a run never outlasts a budget).
+///
+/// The messages of a run come from one ring batch: the task looks at the ring (and at the
+/// stop position, and spends its first unit of budget) once per run rather than once per
+/// message, and releases each message as soon as it is handled (`ring::Batch::release`), as a
+/// `ReadGuard` would, so a waiting publisher has its room as soon as the slowest subscriber is
+/// done with a message. Releasing once per run instead saved 8 more instructions a delivery in
+/// the cost gate, but then a publisher that began to wait during a handler call waited for the
+/// next call too.
+const RUN: usize = 128;
+
 /// `SubShared::polls`: the task is not being polled.
 const IDLE: u8 = 0;
 /// The task is being polled.
@@ -828,33 +840,56 @@ macro_rules! handle_loop {
         {
             let mut switched = false;
             while next_or_switch::<$traced, T>(reader, sub, &mut switched).await {
-                let Ok(message) = reader.try_recv() else {
+                // What is there, up to the stop position, taken as one ring batch and released
+                // message by message (see `RUN`).
+                let stop_at = sub.stop_at.load(Ordering::Acquire);
+                let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+                    continue; // lowered since `next` looked: `next` now says stop
+                };
+                let Ok(mut batch) = reader.try_recv_batch(limit.min(RUN as u64) as usize) else {
                     continue;
                 };
-                let began = sub.metrics.clock();
-                let call = || handler.call(&message);
-                let span = {
-                    let ($sub, $position) = (sub, sub.start + handled);
-                    $span
-                };
-                let outcome = {
-                    let ($call, $stall, $in) = (call, &mut *stall, &span);
-                    $run
-                };
-                let Some(outcome) = outcome else {
-                    detach(sub);
-                    return Step::End;
-                };
-                drop(message);
-                sub.metrics
-                    .handled(began, 1, || Outcome::of(&outcome), || reader.lag());
-                if let Err(failure) = outcome {
-                    let $of = &span;
-                    sub.record(failure, $as_span, sub.start + handled, 1);
+                loop {
+                    let Some(message) = batch.get(0) else {
+                        break;
+                    };
+                    let began = sub.metrics.clock();
+                    let call = || handler.call(message);
+                    let span = {
+                        let ($sub, $position) = (sub, sub.start + handled);
+                        $span
+                    };
+                    let outcome = {
+                        let ($call, $stall, $in) = (call, &mut *stall, &span);
+                        $run
+                    };
+                    let Some(outcome) = outcome else {
+                        detach(sub);
+                        return Step::End;
+                    };
+                    // Released at once, as a `ReadGuard` would: a waiting publisher has its room
+                    // as soon as the slowest subscriber is done with a message.
+                    batch.release(1);
+                    sub.metrics
+                        .handled(began, 1, || Outcome::of(&outcome), || batch.lag());
+                    if let Err(failure) = outcome {
+                        let $of = &span;
+                        sub.record(failure, $as_span, sub.start + handled, 1);
+                    }
+                    handled += 1;
+                    sub.handled.store(handled, Ordering::Release); // pairs with `position`
+                    sub.bus.progressed();
+                    // The next message, if the task may go on: not past the stop position (a
+                    // bounded close lowers it to 0), and a unit of budget for it, as `next`
+                    // spends (refused: the task was woken, and yields at `next`).
+                    if sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
+                        || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
+                    {
+                        break;
+                    }
                 }
-                handled += 1;
-                sub.handled.store(handled, Ordering::Release); // pairs with `position`
-                sub.bus.progressed();
+                // The rest is read again.
+                batch.truncate(0);
             }
             if switched {
                 Step::Switch(handled)
