@@ -352,3 +352,24 @@ async fn a_wrong_password_fails_connect_and_never_prints() {
     assert!(l.close(WAIT).await.complete);
     bus.close().await;
 }
+
+/// With the `tls` feature, a `rediss://` URL makes a TLS connection (rustls with its ring
+/// provider, never a panic for want of one): against a plain-text server, an `Err`.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_against_a_plain_server_is_an_error_not_a_panic() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let url = format!("rediss://127.0.0.1:{}", server.port());
+    let connected = Link::builder(url)
+        .connection_timeout(Duration::from_secs(2))
+        .connect(&bus)
+        .await;
+    assert!(
+        matches!(connected, Err(LinkError::Connect(_))),
+        "{connected:?}"
+    );
+    bus.close().await;
+}
