@@ -3,11 +3,11 @@
 //!
 //! Every test starts its own `redis-server` on 127.0.0.1 (see `ringbus_redis::testing`);
 //! without the binary they skip with a message, unless `REQUIRE_REDIS=1` (as in CI). Run one
-//! module with `cargo test -p ringbus-redis --test redis conformance::`.
+//! module with `cargo test -p ringbus-redis --test redis streams::`. The cases every link
+//! shares run in the shared suite, `cargo test -p ringbus-conformance`.
 //! Waits are bounded by deadlines that fail the test; none is a sleep standing in for an
 //! event.
 
-mod conformance;
 mod streams;
 
 use std::time::Duration;

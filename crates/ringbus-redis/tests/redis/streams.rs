@@ -1,16 +1,18 @@
 //! What only a consumer-group link does: claiming a dead consumer's messages, acking only
-//! after handling, dead-lettering bad input, trimming, closing in order.
+//! after handling, dead-lettering bad input, trimming, linking both ways, credentials. The
+//! cases every link shares (round trip, order, close, redelivery, dead letters, dedup, a
+//! server kill and restart) run in the shared suite: `cargo test -p ringbus-conformance`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::streams::StreamRangeReply;
 use ringbus::Bus;
 use ringbus_redis::testing::RedisServer;
 use ringbus_redis::{Link, LinkError, StreamOptions};
 use tokio::sync::{mpsc, Notify};
 
-use crate::conformance::{entries, field};
 use crate::{eventually, WAIT};
 
 fn options() -> StreamOptions {
@@ -37,6 +39,30 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// The entries of stream `key`, through the link's own client.
+async fn entries(link: &Link, key: &str) -> StreamRangeReply {
+    let mut conn = link
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A field of a stream entry, as text.
+fn field(entry: &redis::streams::StreamId, name: &str) -> String {
+    match entry.map.get(name) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("field {name}: {other:?}"),
+    }
 }
 
 /// A message whose handler had not finished when its importer died is not acknowledged: a
