@@ -39,7 +39,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// A connection to `client`'s server whose commands fail after `response_timeout`
-    /// (`None`: never, for blocking reads that are bounded by their own `BLOCK`).
+    /// (`None`: never).
     pub(crate) fn new(
         client: Client,
         connection_timeout: Duration,

@@ -154,10 +154,12 @@ where
     create_group(link, &key, group)
         .await
         .map_err(LinkError::Group)?;
+    // A blocking read answers within its BLOCK; past that plus the response timeout, the
+    // connection is taken for lost (a server gone without closing the socket).
     let reads = Conn::new(
         link.client.clone(),
         link.connection_timeout,
-        None,
+        Some(link.streams.block + link.response_timeout),
         link.counters.clone(),
         format!("reads:{topic}"),
     );

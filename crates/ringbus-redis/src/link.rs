@@ -91,8 +91,8 @@ impl LinkBuilder {
         self
     }
 
-    /// How long a command (other than a blocking read) may wait for its answer before the
-    /// connection is taken for lost. Default: 5 s.
+    /// How long a command may wait for its answer (a blocking read: past its `BLOCK`)
+    /// before the connection is taken for lost and made anew. Default: 5 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -156,6 +156,7 @@ impl LinkBuilder {
                 streams: self.streams,
                 max_message_bytes: self.max_message_bytes,
                 connection_timeout: self.connection_timeout,
+                response_timeout: self.response_timeout,
                 counters,
                 stop_imports: CancellationToken::new(),
                 held: AtomicU64::new(0),
@@ -228,6 +229,7 @@ pub(crate) struct LinkShared {
     pub(crate) streams: StreamOptions,
     pub(crate) max_message_bytes: usize,
     pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
     /// Cancelled first by `close` (or when the `Link` is dropped): imports stop reading, and
     /// no topic can be linked any more.

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// The state of the link's connections to Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnectionState {
-    /// The last command went through.
+    /// Connected: the last connection made is in use, and no command has failed on it.
     Connected,
     /// A connection was lost; the link reconnects on its next command.
     Disconnected,
