@@ -426,6 +426,18 @@ impl Link {
     /// Imports `topic` as a consumer of the group `group`: instances in one group share the
     /// topic's messages (competing consumers), each group sees every message.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_redis::LinkError> {
+    /// let link = ringbus_redis::Link::builder("redis://127.0.0.1:6379").connect(bus).await?;
+    /// // Every instance of the billing service joins "billing": each order is billed once.
+    /// link.import_shared::<u64>("orders", "billing").await?;
+    /// // Every instance keeps its own audit trail: a group of its own sees every order.
+    /// link.import_shared::<u64>("audit", &format!("audit-{}", link.consumer())).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As [`import`](Self::import).
@@ -472,6 +484,19 @@ impl Link {
     /// message type must record that it was imported ([`Envelope`](crate::Envelope) does),
     /// or this is [`LinkError::EchoLoop`]. Give each process its own group
     /// ([`import_shared`](Self::import_shared) semantics), so each sees the others' messages.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_redis::LinkError> {
+    /// use ringbus_redis::{Envelope, Link, StreamOptions};
+    /// let link = Link::builder("redis://127.0.0.1:6379")
+    ///     .streams(StreamOptions { group: "chat-node-1".into(), ..StreamOptions::default() })
+    ///     .connect(bus)
+    ///     .await?;
+    /// link.link_both::<Envelope<String>>("chat").await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     ///

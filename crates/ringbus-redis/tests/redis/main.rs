@@ -8,6 +8,7 @@
 //! Waits are bounded by deadlines that fail the test; none is a sleep standing in for an
 //! event.
 
+mod send_sync;
 mod streams;
 
 use std::time::Duration;
