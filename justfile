@@ -23,6 +23,12 @@ nats:
     REQUIRE_NATS=1 cargo test -p ringbus-nats
     REQUIRE_NATS=1 cargo test -p ringbus-nats --features otel --test otel
 
+# The ringbus-redis tests (and its example) against a real redis-server, failing (not skipping) if it is not installed.
+redis:
+    REQUIRE_REDIS=1 cargo test -p ringbus-redis
+    REQUIRE_REDIS=1 cargo test -p ringbus-redis --features tls --test redis tls
+    REQUIRE_REDIS=1 cargo run -p ringbus-redis --example redis_orders
+
 # The loom models of the ring's protocols and the bus's writer lock (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
 loom preemptions="3":
     RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
@@ -38,6 +44,7 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
     cargo clippy -p ringbus-nats --all-targets --features otel -- -D warnings
+    cargo clippy -p ringbus-redis --all-targets --features tls -- -D warnings
 
 # Every scenario, ringbus beside each peer in interleaved rounds; writes docs/benchmarks/results.json
 # and README.md (RUSTFLAGS cleared so figures are reproducible). `just bench quick`: under 3 minutes,

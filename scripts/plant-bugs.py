@@ -28,6 +28,7 @@ LOOM = {"RUSTFLAGS": "--cfg ringbus_loom", "LOOM_MAX_PREEMPTIONS": "3",
 CORE = "crates/ringbus-core/src/"
 BUS = "crates/ringbus/src/"
 NATS = "crates/ringbus-nats/src/"
+REDIS = "crates/ringbus-redis/src/"
 
 
 def loom(package, test):
@@ -127,6 +128,29 @@ BUGS = [
      "        if client_id == from && !client.echo && client_id == 0 {\n",
      plain("ringbus-nats", "nats",
            "memory::a_topic_linked_both_ways_does_not_echo_through_the_stand_in")),
+    ("redis: XACK before every local handler finished",
+     REDIS + "import.rs",
+     "        let outcome = delivery.wait().await;\n        settle(&import, &entry, outcome).await;\n",
+     "        ack(&import, &entry.id).await;\n"
+     "        let outcome = delivery.wait().await;\n        settle(&import, &entry, outcome).await;\n",
+     plain("ringbus-redis", "redis", "streams::the_ack_waits_for_every_local_handler")),
+    ("redis: a dead consumer's messages are never claimed",
+     REDIS + "import.rs",
+     "        let taken = if Instant::now() >= next_claim {\n",
+     "        let taken = if Instant::now() >= next_claim && false {\n",
+     plain("ringbus-redis", "redis",
+           "streams::a_message_held_by_a_dead_consumer_is_claimed_and_handled_elsewhere")),
+    ("redis: the import's dedup window never remembers an id",
+     REDIS + "import.rs",
+     "                window.remember(message, &entry.id);\n",
+     "",
+     plain("ringbus-conformance", "links", "cases::a_re_sent_id_is_delivered_once")),
+    ("redis: an XADD that failed is never sent again",
+     REDIS + "export.rs",
+     "                if !is_connection_error(&e) || sent.elapsed()",
+     "                if is_connection_error(&e) || sent.elapsed()",
+     plain("ringbus-conformance", "links",
+           "cases::nothing_acknowledged_is_lost_across_a_server_kill_and_restart")),
     ("bus lock: a cancelled waiter does not pass its turn on",
      BUS + "lock.rs",
      "            self.lock.wake_next();\n",

@@ -1,9 +1,9 @@
 //! The in-memory stand-in (`testing::MemoryNats`) as a service's tests use it: a whole
 //! service (its handlers, its link's imports, exports and request imports) tested against a
 //! second bus standing for the rest of the system, with no `nats-server`; and a topic
-//! linked both ways, which relies on the server honouring no-echo. The core-mode
-//! conformance cases run through it too (`tests/conformance.rs`), as do the request/reply
-//! cases (`tests/request.rs`).
+//! linked both ways, which relies on the server honouring no-echo; and its refusal of
+//! JetStream. The core-mode conformance cases run through it too (the shared suite,
+//! `conformance/tests/links`), as do the request/reply cases (`request.rs`).
 
 use std::time::Duration;
 
@@ -153,4 +153,31 @@ async fn a_topic_linked_both_ways_does_not_echo_through_the_stand_in() {
         assert!(got.contains(&"from a".to_string()) && got.contains(&"from b".to_string()));
         bus.close().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_refuses_jetstream_with_an_error_that_says_so() {
+    let memory = MemoryNats::start().expect("a loopback port");
+    let bus = Bus::new();
+    let link = Link::builder(memory.url())
+        .prefix("conf")
+        .connect(&bus)
+        .await
+        .unwrap();
+    for linked in [
+        link.export::<Envelope<u64>>("a", Mode::JetStream).await,
+        link.import::<Envelope<u64>>("b", Mode::JetStream).await,
+    ] {
+        match linked {
+            Err(ringbus_nats::LinkError::JetStream(why)) => {
+                assert!(why.contains("MemoryNats"), "{why}")
+            }
+            other => panic!("expected a JetStream error, got {other:?}"),
+        }
+    }
+    // Refused without linking anything: the topics can be linked in core mode.
+    link.export::<Envelope<u64>>("a", Mode::Core).await.unwrap();
+    link.import::<Envelope<u64>>("b", Mode::Core).await.unwrap();
+    assert!(link.close(WAIT).await.complete);
+    bus.close().await;
 }

@@ -1,0 +1,34 @@
+//! Message ids unique across processes: a random tag for this process and a counter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// A random tag for this process (16 hex digits), so ids and link ids made here never collide
+/// with another process's.
+pub fn process_tag() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        format!("{:016x}", h.finish())
+    })
+}
+
+/// Relaxed: a counter whose only promise is that no two calls get the same value.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh message id: the process tag and a counter.
+///
+/// ```
+/// let (a, b) = (ringbus_link::ids::next_id(), ringbus_link::ids::next_id());
+/// assert_ne!(a, b);
+/// assert!(a.starts_with(ringbus_link::ids::process_tag()));
+/// ```
+pub fn next_id() -> String {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", process_tag())
+}

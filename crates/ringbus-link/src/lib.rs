@@ -1,0 +1,34 @@
+//! What every link engine of [`ringbus`](https://docs.rs/ringbus) shares: how a message is
+//! encoded ([`Codec`], [`Json`] by default), its user [`Headers`], the [`Envelope`] that
+//! carries an id and headers with a body, and the names and ids the engines write.
+//!
+//! `ringbus-nats` and `ringbus-redis` re-export these items, so `ringbus_nats::Envelope` and
+//! `ringbus_redis::Envelope` are one type: a codec written once serves both engines, and a
+//! topic can move from one engine to the other without touching its message types.
+//!
+//! - [`Codec`]: a message to a body plus [`Meta`] (id and headers), and back.
+//! - [`Json`]: the default codec (`serde_json`).
+//! - [`Headers`], [`HeaderError`]: user headers, checked when inserted.
+//! - [`Envelope`]: a body with an id and headers, which records that it was imported.
+//! - [`names`], [`ids`]: for engines: the reserved names they write, and message ids.
+//!
+//! ```
+//! use ringbus_link::{Codec, Envelope, Json, Meta};
+//!
+//! let order = Envelope::new(42u64).with_id("order-42").with_header("Tenant", "acme")?;
+//! let (mut body, mut meta) = (Vec::new(), Meta::default());
+//! Json.encode(&order, &mut body, &mut meta)?;
+//! assert_eq!(body, b"42");
+//! assert_eq!(meta.id.as_deref(), Some("order-42"));
+//!
+//! let back: Envelope<u64> = Json.decode(&body, meta)?;
+//! assert_eq!((back.id(), *back.body()), ("order-42", 42));
+//! assert!(back.is_imported()); // what a link decodes is marked as imported
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod codec;
+pub mod ids;
+pub mod names;
+
+pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};

@@ -1,0 +1,219 @@
+//! The quickstart's handlers in two services, linked through Redis Streams with
+//! `ringbus-redis`.
+//!
+//! The billing service is a bus with a `#[subscriber("orders", publish("receipts"))]`
+//! handler; its link imports "orders" through the consumer group `billing` (at least once:
+//! acknowledged after the handler ran) and exports "receipts". The shop is a bus that exports
+//! "orders" and imports "receipts", where a subscriber collects them. The billing handler
+//! fails the first time it sees order 3 (a flaky payment provider): the link gives the order
+//! back and Redis delivers it again after `nack_delay`. Only the links know about Redis.
+//!
+//! - `cargo run -p ringbus-redis --example redis_orders`: self-contained. Starts a
+//!   `redis-server` on a free local port (`apt-get install redis-server`; without one it says
+//!   so and exits successfully, unless `REQUIRE_REDIS=1`), runs both services in this process,
+//!   and checks that every order was billed and every receipt came back.
+//! - `cargo run -p ringbus-redis --example redis_orders -- --url redis://127.0.0.1:6379`:
+//!   the same against a server of your own (its streams `shop:*` are used and left there).
+
+use std::collections::BTreeSet;
+use std::error::Error;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ringbus::{subscriber, Bus, State};
+use ringbus_redis::testing::RedisServer;
+use ringbus_redis::{Link, StreamOptions};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+/// Topic `t` travels in the stream `shop:t` (both services must agree on the prefix).
+const PREFIX: &str = "shop";
+const ORDERS: u64 = 5;
+/// How long the shop waits for its receipts.
+const RECEIPT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long closing a link may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+// The messages cross processes, so they are (de)serializable: the link encodes them as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    cents: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Receipt {
+    order: u64,
+    cents: u64,
+}
+
+/// The orders the payment provider has refused once (it refuses order 3 the first time).
+#[derive(Default)]
+struct Provider(Mutex<BTreeSet<u64>>);
+
+#[derive(Debug)]
+struct Declined(u64);
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the payment provider declined order {} (try again)",
+            self.0
+        )
+    }
+}
+
+impl Error for Declined {}
+
+/// Bills each order; the receipt it returns is published to "receipts" (and the link exports
+/// it). An `Err` fails this delivery: the link gives the order back to Redis, which delivers
+/// it again. Handlers of an at-least-once import must be idempotent.
+#[subscriber("orders", publish("receipts"), name = "billing")]
+async fn bill(order: &Order, provider: State<Provider>) -> Result<Receipt, Declined> {
+    let first_try = provider
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(order.id);
+    if order.id == 3 && first_try {
+        return Err(Declined(order.id));
+    }
+    println!("[billing] order {} for {} cents", order.id, order.cents);
+    Ok(Receipt {
+        order: order.id,
+        cents: order.cents,
+    })
+}
+
+/// Both services against the server at `url`; `Ok(())` once every receipt came back.
+async fn run(url: &str) -> Result<()> {
+    let streams = StreamOptions {
+        nack_delay: Duration::from_millis(200),
+        ..StreamOptions::default()
+    };
+
+    // The billing service: the handler first, then the link (an import acks what no
+    // subscriber handles).
+    let billing = Bus::builder().state(Provider::default()).build();
+    billing.register(bill)?;
+    let billing_link = Link::builder(url)
+        .prefix(PREFIX)
+        .streams(streams.clone())
+        .connect(&billing)
+        .await?;
+    billing_link
+        .import_shared::<Order>("orders", "billing")
+        .await?;
+    billing_link.export::<Receipt>("receipts").await?;
+
+    // The shop: orders out, receipts in.
+    let shop = Bus::new();
+    let (tx, mut receipts) = mpsc::unbounded_channel();
+    let _collect = shop.subscribe("receipts", move |r: &Receipt| {
+        println!(
+            "[shop]    receipt for order {} ({} cents)",
+            r.order, r.cents
+        );
+        let _ = tx.send(r.order);
+        async {}
+    })?;
+    let shop_link = Link::builder(url)
+        .prefix(PREFIX)
+        .streams(StreamOptions {
+            group: "shop".into(),
+            ..streams
+        })
+        .connect(&shop)
+        .await?;
+    shop_link.import::<Receipt>("receipts").await?;
+    shop_link.export::<Order>("orders").await?;
+
+    for id in 1..=ORDERS {
+        shop.publish(
+            "orders",
+            Order {
+                id,
+                cents: 100 * id,
+            },
+        )
+        .await?;
+    }
+    let mut missing: BTreeSet<u64> = (1..=ORDERS).collect();
+    let deadline = tokio::time::Instant::now() + RECEIPT_TIMEOUT;
+    while !missing.is_empty() {
+        match tokio::time::timeout_at(deadline, receipts.recv()).await {
+            Ok(Some(order)) => {
+                missing.remove(&order);
+            }
+            _ => {
+                return Err(format!("no receipt within {RECEIPT_TIMEOUT:?} for {missing:?}").into())
+            }
+        }
+    }
+
+    // Shut down in order: each link stops reading, settles, flushes; then its bus.
+    let shop_report = shop_link.close(CLOSE_TIMEOUT).await;
+    let billing_report = billing_link.close(CLOSE_TIMEOUT).await;
+    shop.close().await;
+    billing.close().await;
+    let stats = &billing_report.stats;
+    println!(
+        "billing link: imported {}, acked {}, given back {}, claimed again {}, exported {}",
+        stats.imported, stats.acked, stats.nacked, stats.claimed, stats.exported
+    );
+    if !(shop_report.complete && billing_report.complete) {
+        return Err(format!("a close was cut: {shop_report:?} {billing_report:?}").into());
+    }
+    if stats.nacked != 1 {
+        return Err(format!("order 3 should have been given back once: {stats:?}").into());
+    }
+    println!("every order billed, every receipt back");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let url = match (args.next().as_deref(), args.next()) {
+        (Some("--url"), Some(url)) => Some(url),
+        (None, _) => None,
+        _ => {
+            eprintln!("usage: redis_orders [--url redis://host:port]");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Without --url: a redis-server of our own (None: no binary, and REQUIRE_REDIS unset).
+    let server = match &url {
+        Some(_) => None,
+        None => match RedisServer::start() {
+            Some(server) => Some(server),
+            None => {
+                println!(
+                    "no redis-server installed (apt-get install redis-server): nothing to run"
+                );
+                return ExitCode::SUCCESS;
+            }
+        },
+    };
+    let url = url.unwrap_or_else(|| server.as_ref().map(RedisServer::url).unwrap_or_default());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&url)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("redis_orders failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

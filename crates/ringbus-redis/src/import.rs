@@ -1,0 +1,600 @@
+//! Imports: a task per imported topic reads the topic's stream through a consumer group and
+//! publishes what arrives into the local bus; a settler acknowledges each message once every
+//! local subscriber handled it.
+//!
+//! The protocol, per import (one consumer, `<consumer>`, in the group `<group>` of the stream
+//! `<prefix>:<topic>`):
+//!
+//! - **Read.** `XREADGROUP GROUP <group> <consumer> COUNT n BLOCK ms STREAMS <key> >` on a
+//!   connection of its own (a blocking read would hold up every other command of a shared
+//!   connection). Redis puts each entry it returns in the group's pending list (PEL), owned
+//!   by this consumer, with a delivery count of 1.
+//! - **Hand over.** Each entry is decoded and published into the bus with a delivery receipt
+//!   (`Topic::publish_tracked`), at most `max_in_flight` at a time, and the receipt goes to
+//!   the settler in stream order.
+//! - **Settle**, in order, once every local subscriber has handled the message: `XACK` (the
+//!   entry leaves the PEL). A handler failed: give it back, `XCLAIM ... IDLE <claim_idle -
+//!   nack_delay> JUSTID`, which keeps it in the PEL but makes it look idle, so that a claim
+//!   takes it again after `nack_delay`. At the last allowed delivery (`max_deliver`): copy it
+//!   to the dead-letter stream and `XACK` it, in one `MULTI`/`EXEC`.
+//! - **Claim.** Every `claim_interval`, `XAUTOCLAIM <key> <group> <consumer> <claim_idle>`
+//!   takes every entry idle in the PEL for `claim_idle`: given back by a handler failure, or
+//!   held by a consumer that died or stalled. `XAUTOCLAIM` raises each entry's delivery count;
+//!   `XPENDING` reads it back. An entry delivered more than `max_deliver` times (a message
+//!   that kills its consumers) is dead-lettered without being handled.
+//!
+//! Invariants: an entry is acknowledged only after its receipt resolved as handled by every
+//! subscriber, or after it was stored in the dead-letter stream (the same transaction), or
+//! when it needs no handling (this link's own export, a duplicate id). Anything else leaves
+//! it in the PEL, where a claim finds it: a message can be handled twice, never lost.
+//! `held` counts receipts sent to the settler and not yet settled.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamReadReply};
+use redis::Value;
+use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
+use ringbus_link::names::DEAD_REASON;
+use ringbus_link::Codec;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::conn::{is_connection_error, Conn};
+use crate::error::LinkError;
+use crate::export::xadd_cmd;
+use crate::link::LinkShared;
+use crate::stats::add;
+use crate::wire::{bytes, decode, message_id, origin};
+
+/// What `close` needs of a running import.
+pub(crate) struct ImportTask {
+    task: JoinHandle<()>,
+}
+
+impl ImportTask {
+    /// Waits for the task until `deadline`: it stops reading (the link's `stop_imports` is
+    /// cancelled) and settles what it holds. False if the deadline cut it (the task is then
+    /// aborted; what it held stays pending and is claimed after `claim_idle`).
+    pub(crate) async fn finish(mut self, deadline: Instant) -> bool {
+        if tokio::time::timeout_at(deadline, &mut self.task)
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        self.task.abort();
+        false
+    }
+}
+
+/// One stream entry taken by this consumer.
+struct Entry {
+    id: String,
+    fields: HashMap<String, Value>,
+    /// Its delivery count (1 for a first read).
+    deliveries: u64,
+}
+
+/// What every part of one import shares.
+struct Import {
+    link: Arc<LinkShared>,
+    topic: String,
+    key: String,
+    group: String,
+}
+
+/// The message ids handed to the bus recently, with the entry that carried each: a second
+/// entry with one of them is a duplicate (a redelivery of the same entry is not).
+struct Window {
+    capacity: usize,
+    order: VecDeque<String>,
+    entries: HashMap<String, String>,
+}
+
+impl Window {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            order: VecDeque::new(),
+            entries: HashMap::new(),
+        }
+    }
+
+    fn is_duplicate(&self, message: &str, entry: &str) -> bool {
+        self.entries.get(message).is_some_and(|e| e != entry)
+    }
+
+    fn remember(&mut self, message: &str, entry: &str) {
+        if self.capacity == 0 || self.entries.contains_key(message) {
+            return;
+        }
+        self.entries.insert(message.to_string(), entry.to_string());
+        self.order.push_back(message.to_string());
+        if self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.entries.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Creates the group at the start of the stream (and the stream, if missing); a group that
+/// exists already is kept as it is.
+async fn create_group(link: &LinkShared, key: &str, group: &str) -> Result<(), redis::RedisError> {
+    let mut cmd = redis::cmd("XGROUP");
+    cmd.arg("CREATE")
+        .arg(key)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM");
+    match link.commands.query::<()>(&cmd).await {
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        other => other,
+    }
+}
+
+/// Starts importing `topic` as a consumer of `group`.
+pub(crate) async fn start<T, C>(
+    link: &Arc<LinkShared>,
+    topic: &str,
+    group: &str,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let local = link.bus.topic::<T>(topic)?;
+    let key = link.stream_key(topic);
+    create_group(link, &key, group)
+        .await
+        .map_err(LinkError::Group)?;
+    // A blocking read answers within its BLOCK; past that plus the response timeout, the
+    // connection is taken for lost (a server gone without closing the socket).
+    let reads = Conn::new(
+        link.client.clone(),
+        link.connection_timeout,
+        Some(link.streams.block + link.response_timeout),
+        link.counters.clone(),
+        format!("reads:{topic}"),
+    );
+    let import = Arc::new(Import {
+        link: link.clone(),
+        topic: topic.to_string(),
+        key,
+        group: group.to_string(),
+    });
+    tracing::info!(topic, stream = %import.key, group, consumer = %link.consumer, "ringbus-redis: importing");
+    let task = tokio::spawn(read_loop(import, local, codec, reads));
+    Ok(ImportTask { task })
+}
+
+/// Reads, claims and hands over until the link stops imports; then settles what it holds.
+async fn read_loop<T, C>(import: Arc<Import>, local: Topic<T>, codec: C, reads: Conn)
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let link = &import.link;
+    let options = &link.streams;
+    let (to_settle, held) = mpsc::channel(options.max_in_flight.max(1));
+    // Aborted with this task if a cut close aborts it.
+    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(import.clone(), held)));
+    let mut window = Window::new(options.dedup_window);
+    let interval = options.claim_interval();
+    // A claim first: entries a dead consumer held are taken at once if they are idle enough.
+    let mut next_claim = Instant::now();
+    let mut cursor = "0-0".to_string();
+    let mut retry = Duration::from_millis(50);
+    'read: while !link.stop_imports.is_cancelled() {
+        let taken = if Instant::now() >= next_claim {
+            let claimed = claim(&import, &mut cursor).await;
+            if cursor == "0-0" || claimed.is_err() {
+                next_claim = Instant::now() + interval;
+            }
+            claimed
+        } else {
+            let room = to_settle.capacity().clamp(1, options.read_batch.max(1));
+            let block = next_claim
+                .saturating_duration_since(Instant::now())
+                .min(options.block)
+                .max(Duration::from_millis(1));
+            tokio::select! {
+                biased;
+                _ = link.stop_imports.cancelled() => break 'read,
+                r = read(&import, &reads, room, block) => r,
+            }
+        };
+        let entries = match taken {
+            Ok(entries) => {
+                retry = Duration::from_millis(50);
+                entries
+            }
+            Err(e) => {
+                add(&link.counters.import_errors);
+                if e.code() == Some("NOGROUP") {
+                    // The stream or group is gone (deleted, or a server restarted without
+                    // persistence): make them again and go on from there.
+                    tracing::warn!(topic = %import.topic, "ringbus-redis: the consumer group is gone; creating it again");
+                    if let Err(e) = create_group(link, &import.key, &import.group).await {
+                        tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: cannot create the consumer group");
+                    }
+                } else {
+                    tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: reading the stream failed; retrying");
+                }
+                tokio::select! {
+                    _ = link.stop_imports.cancelled() => break 'read,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let mut entries = entries.into_iter();
+        while let Some(entry) = entries.next() {
+            let permit = tokio::select! {
+                biased;
+                _ = link.stop_imports.cancelled() => None,
+                p = to_settle.reserve() => p.ok(),
+            };
+            let Some(permit) = permit else {
+                // Stopping: what this batch still holds goes back at once, for any consumer.
+                for rest in std::iter::once(entry).chain(entries) {
+                    give_back(&import, &rest.id, Duration::ZERO).await;
+                }
+                break 'read;
+            };
+            if !hand_over(&import, &local, &codec, &mut window, entry, permit).await {
+                break 'read;
+            }
+        }
+    }
+    // Stop reading (the blocking read was dropped above), then settle what is held.
+    drop(to_settle);
+    let _ = settler.await;
+    leave_if_idle(&import).await;
+}
+
+/// New entries for this consumer, waiting up to `block` for some.
+async fn read(
+    import: &Import,
+    reads: &Conn,
+    count: usize,
+    block: Duration,
+) -> Result<Vec<Entry>, redis::RedisError> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(&import.group)
+        .arg(&import.link.consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("BLOCK")
+        .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX).max(1))
+        .arg("STREAMS")
+        .arg(&import.key)
+        .arg(">");
+    let reply: Option<StreamReadReply> = reads.query(&cmd).await?;
+    Ok(reply
+        .into_iter()
+        .flat_map(|r| r.keys)
+        .flat_map(|k| k.ids)
+        .map(|StreamId { id, map, .. }| Entry {
+            id,
+            fields: map,
+            deliveries: 1,
+        })
+        .collect())
+}
+
+/// Takes the entries idle in the group's pending list for `claim_idle` (given back, or held by
+/// a dead consumer), with their delivery counts; `cursor` is XAUTOCLAIM's, `0-0` once the
+/// pending list was scanned to its end.
+async fn claim(import: &Import, cursor: &mut String) -> Result<Vec<Entry>, redis::RedisError> {
+    let link = &import.link;
+    let mut cmd = redis::cmd("XAUTOCLAIM");
+    cmd.arg(&import.key)
+        .arg(&import.group)
+        .arg(&link.consumer)
+        .arg(millis(link.streams.claim_idle))
+        .arg(cursor.as_str())
+        .arg("COUNT")
+        .arg(link.streams.read_batch.max(1));
+    let reply: StreamAutoClaimReply = link.commands.query(&cmd).await?;
+    *cursor = reply.next_stream_id;
+    if !reply.deleted_ids.is_empty() {
+        for _ in &reply.deleted_ids {
+            add(&link.counters.trimmed);
+        }
+        tracing::warn!(
+            topic = %import.topic,
+            count = reply.deleted_ids.len(),
+            "ringbus-redis: pending messages were trimmed from the stream before they were handled"
+        );
+    }
+    let (Some(first), Some(last)) = (reply.claimed.first(), reply.claimed.last()) else {
+        return Ok(Vec::new());
+    };
+    let mut pending = redis::cmd("XPENDING");
+    pending
+        .arg(&import.key)
+        .arg(&import.group)
+        .arg(&first.id)
+        .arg(&last.id)
+        .arg(reply.claimed.len())
+        .arg(&link.consumer);
+    let counts: StreamPendingCountReply = link.commands.query(&pending).await?;
+    let counts: HashMap<String, u64> = counts
+        .ids
+        .into_iter()
+        .map(|p| (p.id, p.times_delivered as u64))
+        .collect();
+    for _ in &reply.claimed {
+        add(&link.counters.claimed);
+    }
+    Ok(reply
+        .claimed
+        .into_iter()
+        .map(|StreamId { id, map, .. }| Entry {
+            deliveries: counts.get(&id).copied().unwrap_or(2),
+            id,
+            fields: map,
+        })
+        .collect())
+}
+
+/// Decides what to do with one entry, and hands it to the bus if it is to be handled. False
+/// when the import must stop (the bus is closed).
+async fn hand_over<T, C>(
+    import: &Import,
+    local: &Topic<T>,
+    codec: &C,
+    window: &mut Window,
+    entry: Entry,
+    permit: mpsc::Permit<'_, (Delivery, Entry)>,
+) -> bool
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let link = &import.link;
+    if origin(&entry.fields) == Some(link.id.as_str()) {
+        // Our own export, back from the stream: not for us.
+        add(&link.counters.echo_skipped);
+        ack(import, &entry.id).await;
+        return true;
+    }
+    let max_deliver = u64::from(link.streams.max_deliver.max(1));
+    if entry.deliveries > max_deliver {
+        let reason = format!(
+            "delivered {} times, more than max_deliver ({max_deliver}): its consumers died or \
+             stalled while handling it",
+            entry.deliveries
+        );
+        dead_letter(import, &entry, &reason).await;
+        return true;
+    }
+    let msg = match decode(codec, local.name(), &entry.fields, link.max_message_bytes) {
+        Ok(msg) => msg,
+        Err(reason) => {
+            add(&link.counters.bad_input);
+            tracing::warn!(topic = %import.topic, entry = %entry.id, reason = %reason, "ringbus-redis: refused a stream entry");
+            dead_letter(import, &entry, &reason.to_string()).await;
+            return true;
+        }
+    };
+    let message = message_id(&entry.fields).map(str::to_string);
+    if let Some(message) = &message {
+        if window.is_duplicate(message, &entry.id) {
+            add(&link.counters.duplicates);
+            tracing::debug!(topic = %import.topic, id = %message, "ringbus-redis: dropped a duplicate");
+            ack(import, &entry.id).await;
+            return true;
+        }
+    }
+    // Not cancelled by the close: a message read from Redis is handed over.
+    match local.publish_tracked(&Context::new(), msg).await {
+        Ok(delivery) => {
+            add(&link.counters.imported);
+            if let Some(message) = &message {
+                window.remember(message, &entry.id);
+            }
+            link.held.fetch_add(1, Ordering::Relaxed);
+            permit.send((delivery, entry));
+            true
+        }
+        Err(PublishError::Closed(_)) => {
+            // The bus is closing: give it back for another consumer, at once.
+            give_back(import, &entry.id, Duration::ZERO).await;
+            false
+        }
+        Err(e) => {
+            tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: the local bus refused an import");
+            give_back(import, &entry.id, link.streams.nack_delay).await;
+            true
+        }
+    }
+}
+
+/// Settles held imports in the order they were handed to the bus.
+async fn settle_in_order(import: Arc<Import>, mut held: mpsc::Receiver<(Delivery, Entry)>) {
+    while let Some((delivery, entry)) = held.recv().await {
+        let outcome = delivery.wait().await;
+        settle(&import, &entry, outcome).await;
+        import.link.held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Acks, gives back or dead-letters one import after the local subscribers handled it.
+async fn settle(import: &Import, entry: &Entry, outcome: Delivered) {
+    let link = &import.link;
+    if outcome.is_ok() {
+        if ack(import, &entry.id).await {
+            add(&link.counters.acked);
+        }
+        return;
+    }
+    if entry.deliveries >= u64::from(link.streams.max_deliver.max(1)) {
+        let reason = format!(
+            "{} of {} handlers failed on delivery {} (the last allowed)",
+            outcome.failed + outcome.missed,
+            outcome.subscribers,
+            entry.deliveries
+        );
+        dead_letter(import, entry, &reason).await;
+    } else {
+        tracing::debug!(topic = %import.topic, deliveries = entry.deliveries, "ringbus-redis: a handler failed; delivering again later");
+        if give_back(import, &entry.id, link.streams.nack_delay).await {
+            add(&link.counters.nacked);
+        }
+    }
+}
+
+/// Runs a settling command, again after each lost connection, for up to `claim_idle` (by
+/// then another consumer may have claimed the entry). False (logged and counted) if it
+/// never went through: the entry stays pending and is claimed again.
+async fn settle_cmd(import: &Import, what: &str, command: Settling<'_>) -> bool {
+    let link = &import.link;
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let result = match command {
+            Settling::Cmd(cmd) => link.commands.query::<()>(cmd).await,
+            Settling::Pipe(pipe) => link.commands.query_pipe::<()>(pipe).await,
+        };
+        match result {
+            Ok(()) => return true,
+            Err(e) if is_connection_error(&e) && started.elapsed() < link.streams.claim_idle => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                add(&link.counters.ack_errors);
+                tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: {what} failed; the message stays pending");
+                return false;
+            }
+        }
+    }
+}
+
+/// A settling command: one command, or a transaction.
+#[derive(Clone, Copy)]
+enum Settling<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
+
+/// XACK.
+async fn ack(import: &Import, entry: &str) -> bool {
+    let mut cmd = redis::cmd("XACK");
+    cmd.arg(&import.key).arg(&import.group).arg(entry);
+    settle_cmd(import, "XACK", Settling::Cmd(&cmd)).await
+}
+
+/// Keeps the entry pending but makes it look idle, so a claim takes it after `delay`.
+async fn give_back(import: &Import, entry: &str, delay: Duration) -> bool {
+    let link = &import.link;
+    let idle = link.streams.claim_idle.saturating_sub(delay);
+    let mut cmd = redis::cmd("XCLAIM");
+    cmd.arg(&import.key)
+        .arg(&import.group)
+        .arg(&link.consumer)
+        .arg(0)
+        .arg(entry)
+        .arg("IDLE")
+        .arg(millis(idle))
+        .arg("JUSTID");
+    settle_cmd(import, "XCLAIM (give back)", Settling::Cmd(&cmd)).await
+}
+
+/// Copies the entry to the dead-letter stream, with `reason`, and acknowledges it, in one
+/// transaction. Not stored: it stays pending, to be claimed and dead-lettered again.
+async fn dead_letter(import: &Import, entry: &Entry, reason: &str) {
+    let link = &import.link;
+    let mut fields: Vec<(String, Vec<u8>)> = entry
+        .fields
+        .iter()
+        .filter(|(name, _)| name.as_str() != DEAD_REASON)
+        .filter_map(|(name, value)| Some((name.clone(), bytes(value)?.to_vec())))
+        .collect();
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    let one_line: String = reason.chars().filter(|c| !c.is_control()).collect();
+    fields.push((DEAD_REASON.to_string(), one_line.into_bytes()));
+    let dead_key = link.dead_letter_key(&import.topic);
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .add_command(xadd_cmd(link, &dead_key, &fields))
+        .ignore()
+        .cmd("XACK")
+        .arg(&import.key)
+        .arg(&import.group)
+        .arg(&entry.id)
+        .ignore();
+    let id = message_id(&entry.fields);
+    if settle_cmd(import, "dead-lettering", Settling::Pipe(&pipe)).await {
+        add(&link.counters.dead_lettered);
+        tracing::warn!(topic = %import.topic, id = ?id, stream = %dead_key, reason, "ringbus-redis: message dead-lettered");
+    }
+}
+
+/// Leaves the group if this consumer holds nothing in it: a link that closed cleanly leaves
+/// no consumer behind.
+async fn leave_if_idle(import: &Import) {
+    let link = &import.link;
+    let mut pending = redis::cmd("XPENDING");
+    pending
+        .arg(&import.key)
+        .arg(&import.group)
+        .arg("-")
+        .arg("+")
+        .arg(1)
+        .arg(&link.consumer);
+    let Ok(held) = link
+        .commands
+        .query::<StreamPendingCountReply>(&pending)
+        .await
+    else {
+        return;
+    };
+    if held.ids.is_empty() {
+        let mut cmd = redis::cmd("XGROUP");
+        cmd.arg("DELCONSUMER")
+            .arg(&import.key)
+            .arg(&import.group)
+            .arg(&link.consumer);
+        if let Err(e) = link.commands.query::<()>(&cmd).await {
+            tracing::debug!(error = %e, "ringbus-redis: could not leave the group");
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn the_window_drops_other_entries_with_a_seen_id_and_forgets_the_oldest() {
+        let mut w = Window::new(2);
+        w.remember("a", "1-0");
+        assert!(
+            !w.is_duplicate("a", "1-0"),
+            "a redelivery of one entry is not a duplicate"
+        );
+        assert!(w.is_duplicate("a", "2-0"));
+        w.remember("b", "3-0");
+        w.remember("c", "4-0");
+        assert!(!w.is_duplicate("a", "5-0"), "forgotten past the capacity");
+        assert!(w.is_duplicate("c", "6-0"));
+        let mut off = Window::new(0);
+        off.remember("a", "1-0");
+        assert!(!off.is_duplicate("a", "2-0"));
+    }
+}

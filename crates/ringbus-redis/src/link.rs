@@ -1,0 +1,641 @@
+//! The link: one Redis server that exports chosen local topics to streams and imports others
+//! through consumer groups.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::Client;
+use ringbus::Bus;
+use ringbus_link::ids::process_tag;
+use ringbus_link::{Codec, Json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::conn::Conn;
+use crate::error::{check_name, LinkError};
+use crate::options::StreamOptions;
+use crate::stats::{ConnectionState, Counters, LinkCloseReport, LinkStats};
+use crate::{export, import};
+
+/// Builds a [`Link`]: where to connect, under which key prefix, with which stream settings.
+///
+/// Its `Debug` output never shows the URL's password.
+///
+/// ```no_run
+/// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_redis::LinkError> {
+/// use ringbus_redis::{Link, StreamOptions};
+/// let link = Link::builder("redis://:s3cret@127.0.0.1:6379")
+///     .prefix("shop")
+///     .streams(StreamOptions { max_deliver: 3, ..StreamOptions::default() })
+///     .connect(bus)
+///     .await?;
+/// link.export::<u64>("orders").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a LinkBuilder does nothing until `.connect(&bus).await`"]
+pub struct LinkBuilder {
+    url: String,
+    prefix: String,
+    dead_letter_prefix: Option<String>,
+    streams: StreamOptions,
+    max_message_bytes: usize,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl LinkBuilder {
+    fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "ringbus".to_string(),
+            dead_letter_prefix: None,
+            streams: StreamOptions::default(),
+            max_message_bytes: 1024 * 1024,
+            connection_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The key prefix: topic `t` travels in the stream `<prefix>:t`. Default: `ringbus`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where dead letters go: the stream `<dead_letter_prefix>:<topic>`. Default:
+    /// `<prefix>-dead`.
+    pub fn dead_letter_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.dead_letter_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Stream and consumer-group settings.
+    pub fn streams(mut self, options: StreamOptions) -> Self {
+        self.streams = options;
+        self
+    }
+
+    /// The largest body accepted from or sent to Redis. Default: 1 MiB.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// How long connecting may take. Default: 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a command may wait for its answer (a blocking read: past its `BLOCK`)
+    /// before the connection is taken for lost and made anew. Default: 5 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects (a `PING`, so a refused password or an unreachable server is an `Err` here),
+    /// checking the prefixes first. Once connected, the link reconnects by itself whenever a
+    /// connection drops.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the connection being made.
+    pub async fn connect(self, bus: &Bus) -> Result<Link, LinkError> {
+        check_name(&self.prefix, "prefix")?;
+        let dead_letter_prefix = self
+            .dead_letter_prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}-dead", self.prefix));
+        check_name(&dead_letter_prefix, "dead-letter prefix")?;
+        if dead_letter_prefix == self.prefix {
+            return Err(LinkError::BadName {
+                what: "dead-letter prefix",
+                name: dead_letter_prefix,
+                reason: "it must differ from the topic prefix",
+            });
+        }
+        check_name(&self.streams.group, "group")?;
+        if let Some(consumer) = &self.streams.consumer {
+            check_name(consumer, "consumer")?;
+        }
+        let client = Client::open(self.url.as_str()).map_err(LinkError::Connect)?;
+        let counters = Arc::new(Counters::default());
+        let commands = Conn::new(
+            client.clone(),
+            self.connection_timeout,
+            Some(self.response_timeout),
+            counters.clone(),
+            "commands".to_string(),
+        );
+        commands
+            .query::<()>(&redis::cmd("PING"))
+            .await
+            .map_err(LinkError::Connect)?;
+        static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+        let id = format!(
+            "{}-{}",
+            process_tag(),
+            NEXT_LINK.fetch_add(1, Ordering::Relaxed)
+        );
+        let consumer = self.streams.consumer.clone().unwrap_or_else(|| id.clone());
+        tracing::info!(link = %id, prefix = %self.prefix, "ringbus-redis link connected");
+        Ok(Link {
+            inner: Arc::new(LinkShared {
+                id,
+                consumer,
+                bus: bus.clone(),
+                client,
+                commands,
+                prefix: self.prefix,
+                dead_letter_prefix,
+                streams: self.streams,
+                max_message_bytes: self.max_message_bytes,
+                connection_timeout: self.connection_timeout,
+                response_timeout: self.response_timeout,
+                counters,
+                stop_imports: CancellationToken::new(),
+                held: AtomicU64::new(0),
+                parts: Mutex::new(Parts::default()),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for LinkBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkBuilder")
+            .field("url", &redacted(&self.url))
+            .field("prefix", &self.prefix)
+            .field("dead_letter_prefix", &self.dead_letter_prefix)
+            .field("streams", &self.streams)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user-info part (`redis://user:password@host`) replaced by
+/// `<redacted>`.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let user_info = &rest[..at];
+    let user = user_info.split(':').next().unwrap_or("");
+    let hidden = if user_info.contains(':') {
+        format!("{user}:<redacted>")
+    } else {
+        "<redacted>".to_string() // `redis://password@host`: the lone part is a password
+    };
+    format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
+}
+
+/// The running parts of a link, stopped by `close`.
+#[derive(Default)]
+struct Parts {
+    linked: HashSet<(String, &'static str)>,
+    imports: Vec<import::ImportTask>,
+    exports: Vec<export::ExportTask>,
+}
+
+/// What every part of a link shares.
+///
+/// Every field is set once by `connect` and then read only, except: `counters` (relaxed
+/// tallies), `held` (relaxed: a count for the close report, written by the settlers), `parts`
+/// (under its mutex: only lists of handles), and `stop_imports` (cancelled once by `close` or
+/// `Drop`).
+pub(crate) struct LinkShared {
+    /// This link's id: the origin field of its exports.
+    pub(crate) id: String,
+    /// Its consumer name in every group it reads.
+    pub(crate) consumer: String,
+    pub(crate) bus: Bus,
+    pub(crate) client: Client,
+    /// The connection for every command but the blocking reads (each import has its own).
+    pub(crate) commands: Conn,
+    pub(crate) prefix: String,
+    pub(crate) dead_letter_prefix: String,
+    pub(crate) streams: StreamOptions,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+    /// Cancelled first by `close` (or when the `Link` is dropped): imports stop reading, and
+    /// no topic can be linked any more.
+    pub(crate) stop_imports: CancellationToken,
+    /// Imports handed to the bus and not yet settled.
+    pub(crate) held: AtomicU64,
+    parts: Mutex<Parts>,
+}
+
+impl LinkShared {
+    fn parts(&self) -> MutexGuard<'_, Parts> {
+        // Only lists of handles: a panic cannot leave them inconsistent.
+        self.parts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stream key of `topic`.
+    pub(crate) fn stream_key(&self, topic: &str) -> String {
+        format!("{}:{topic}", self.prefix)
+    }
+
+    /// The dead-letter stream key of `topic`.
+    pub(crate) fn dead_letter_key(&self, topic: &str) -> String {
+        format!("{}:{topic}", self.dead_letter_prefix)
+    }
+
+    /// Records `topic` as linked in `direction`, or says it already is.
+    fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
+        if self.stop_imports.is_cancelled() {
+            return Err(LinkError::Closed);
+        }
+        if !self.parts().linked.insert((topic.to_string(), direction)) {
+            return Err(LinkError::AlreadyLinked {
+                topic: topic.to_string(),
+                direction,
+            });
+        }
+        Ok(())
+    }
+
+    fn release(&self, topic: &str, direction: &'static str) {
+        self.parts().linked.remove(&(topic.to_string(), direction));
+    }
+}
+
+/// A link between a local [`Bus`] and Redis Streams: chosen topics go out
+/// ([`export`](Self::export)), come in ([`import`](Self::import)), or both
+/// ([`link_both`](Self::link_both)).
+///
+/// The bus stays the router: exports are bus subscribers that add each message to the
+/// topic's stream (`XADD <prefix>:<topic>`); imports read the stream through a consumer group
+/// (`XREADGROUP`) and publish what arrives into the bus, through its normal backpressure, so
+/// the local subscribers handle it like any other message. An import acknowledges a message
+/// (`XACK`) only once every local subscriber has handled it.
+///
+/// Close it with [`close`](Self::close): imports stop reading, what they hold is settled,
+/// exports are flushed. Dropping a link without closing it stops its imports (what they held
+/// is claimed again after [`StreamOptions::claim_idle`]); its exports stay subscribed until
+/// the bus closes.
+pub struct Link {
+    pub(crate) inner: Arc<LinkShared>,
+}
+
+impl Link {
+    /// Starts building a link to the server at `url`: `redis://[user:password@]host:port[/db]`
+    /// (or `rediss://` with the `tls` feature).
+    pub fn builder(url: impl Into<String>) -> LinkBuilder {
+        LinkBuilder::new(url)
+    }
+
+    /// This link's id (the origin field of its exports).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// This link's consumer name in the groups it reads.
+    pub fn consumer(&self) -> &str {
+        &self.inner.consumer
+    }
+
+    /// The stream key topic `topic` travels in, or why it cannot.
+    pub fn stream_key(&self, topic: &str) -> Result<String, LinkError> {
+        check_name(topic, "topic")?;
+        Ok(self.inner.stream_key(topic))
+    }
+
+    /// The dead-letter stream key of `topic`, or why it cannot be one.
+    pub fn dead_letter_key(&self, topic: &str) -> Result<String, LinkError> {
+        check_name(topic, "topic")?;
+        Ok(self.inner.dead_letter_key(topic))
+    }
+
+    /// The underlying `redis` client, for what the link does not cover.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// A snapshot of the counters and the connection state.
+    pub fn stats(&self) -> LinkStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Adds every message published to local topic `topic` to the stream `<prefix>:<topic>`,
+    /// JSON-encoded.
+    ///
+    /// The topic is checked now. Each message is handed to Redis before the next (an export
+    /// keeps the topic's order), and re-sent while Redis is unreachable, for up to
+    /// [`StreamOptions::publish_retry_for`]; a message whose encoding fails (or that is too
+    /// large) is logged without its body, counted, and not sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it does not wait; dropping it leaves nothing linked.
+    pub async fn export<T>(&self, topic: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.export_with(topic, Json).await
+    }
+
+    /// As [`export`](Self::export), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`export`](Self::export).
+    pub async fn export_with<T, C>(&self, topic: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        check_name(topic, "topic")?;
+        self.inner.claim(topic, "export")?;
+        match export::start::<T, C>(&self.inner, topic, codec) {
+            Ok(task) => {
+                self.inner.parts().exports.push(task);
+                Ok(())
+            }
+            Err(e) => {
+                self.inner.release(topic, "export");
+                Err(e)
+            }
+        }
+    }
+
+    /// Publishes every message of the stream `<prefix>:<topic>` into the local topic,
+    /// JSON-decoded, reading as a consumer of the group [`StreamOptions::group`].
+    ///
+    /// Instances that import a topic with the same group share its messages (each goes to
+    /// one of them); with their own groups, each sees every message
+    /// ([`import_shared`](Self::import_shared) names the group per topic). A group made by
+    /// this call starts at the beginning of the stream: messages exported before it (and
+    /// while this process was down) are delivered too.
+    ///
+    /// Each message is acknowledged once every local subscriber has handled it. A handler
+    /// failure gives it back, to be delivered again after [`StreamOptions::nack_delay`]; a
+    /// message held by a consumer that died is claimed by a live one after
+    /// [`StreamOptions::claim_idle`]; after [`StreamOptions::max_deliver`] deliveries the
+    /// message goes to the dead-letter stream. Register the local handlers first: a message
+    /// handled by no subscriber is acknowledged at once.
+    ///
+    /// At least once: a message handled but not acknowledged (the process died in between,
+    /// or Redis was unreachable) is handled again, so handlers must be idempotent. A second
+    /// stream entry with an id this import handed to the bus recently (an export re-sent
+    /// after a lost answer, or one [`Envelope`](crate::Envelope) id published twice) is
+    /// dropped ([`StreamOptions::dedup_window`]), in this process only.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the group may exist on the server with no task
+    /// reading it (it keeps the messages for a later import).
+    pub async fn import<T>(&self, topic: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        let group = self.inner.streams.group.clone();
+        self.import_shared_with(topic, &group, Json).await
+    }
+
+    /// As [`import`](Self::import), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_with<T, C>(&self, topic: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        let group = self.inner.streams.group.clone();
+        self.import_shared_with(topic, &group, codec).await
+    }
+
+    /// Imports `topic` as a consumer of the group `group`: instances in one group share the
+    /// topic's messages (competing consumers), each group sees every message.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_redis::LinkError> {
+    /// let link = ringbus_redis::Link::builder("redis://127.0.0.1:6379").connect(bus).await?;
+    /// // Every instance of the billing service joins "billing": each order is billed once.
+    /// link.import_shared::<u64>("orders", "billing").await?;
+    /// // Every instance keeps its own audit trail: a group of its own sees every order.
+    /// link.import_shared::<u64>("audit", &format!("audit-{}", link.consumer())).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_shared<T>(&self, topic: &str, group: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.import_shared_with(topic, group, Json).await
+    }
+
+    /// As [`import_shared`](Self::import_shared), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_shared_with<T, C>(
+        &self,
+        topic: &str,
+        group: &str,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        check_name(topic, "topic")?;
+        check_name(group, "group")?;
+        self.inner.claim(topic, "import")?;
+        match import::start::<T, C>(&self.inner, topic, group, codec).await {
+            Ok(task) => {
+                self.inner.parts().imports.push(task);
+                Ok(())
+            }
+            Err(e) => {
+                self.inner.release(topic, "import");
+                Err(e)
+            }
+        }
+    }
+
+    /// Links `topic` both ways: local messages go out, remote ones come in, and imported
+    /// messages are never exported again (nor are this link's own exports imported). The
+    /// message type must record that it was imported ([`Envelope`](crate::Envelope) does),
+    /// or this is [`LinkError::EchoLoop`]. Give each process its own group
+    /// ([`import_shared`](Self::import_shared) semantics), so each sees the others' messages.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(bus: &ringbus::Bus) -> Result<(), ringbus_redis::LinkError> {
+    /// use ringbus_redis::{Envelope, Link, StreamOptions};
+    /// let link = Link::builder("redis://127.0.0.1:6379")
+    ///     .streams(StreamOptions { group: "chat-node-1".into(), ..StreamOptions::default() })
+    ///     .connect(bus)
+    ///     .await?;
+    /// link.link_both::<Envelope<String>>("chat").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn link_both<T>(&self, topic: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.link_both_with(topic, Json).await
+    }
+
+    /// As [`link_both`](Self::link_both), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn link_both_with<T, C>(&self, topic: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T> + Clone,
+    {
+        if !codec.records_origin() {
+            return Err(LinkError::EchoLoop {
+                topic: topic.to_string(),
+                message_type: std::any::type_name::<T>(),
+            });
+        }
+        self.export_with(topic, codec.clone()).await?;
+        self.import_with(topic, codec).await
+    }
+
+    /// Closes the link, in order, within `timeout`:
+    /// 1. stop reading: each import stops taking messages from Redis, lets the local
+    ///    handlers finish what it handed them, and settles it (acknowledged, given back, or
+    ///    dead-lettered), then leaves its groups if it holds nothing there;
+    /// 2. flush the exports: every message published locally before this call is added to
+    ///    its stream (XADD answered).
+    ///
+    /// The local bus stays open: close it afterwards. What the deadline cut is in the report;
+    /// what an import held unsettled stays pending and is claimed after `claim_idle`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the link is left half closed (imports stopped,
+    /// exports possibly unsubscribed). Bound it with `timeout` instead.
+    pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let link = &self.inner;
+        link.stop_imports.cancel();
+        let (imports, exports) = {
+            let mut parts = link.parts();
+            (
+                std::mem::take(&mut parts.imports),
+                std::mem::take(&mut parts.exports),
+            )
+        };
+        let mut cut_at = None;
+        let mut unsettled_imports = 0;
+        let mut unacked_exports = 0;
+
+        // 1. Imports: each task stops reading and settles what it holds.
+        for task in imports {
+            if !task.finish(deadline).await {
+                cut_at = cut_at.or(Some("settling imports"));
+            }
+        }
+        if cut_at.is_some() {
+            unsettled_imports = link.held.load(Ordering::Relaxed);
+        }
+
+        // 2. Exports: unsubscribe, which hands over (and so adds) what is queued.
+        for task in exports {
+            if cut_at.is_some() {
+                unacked_exports += task.abort();
+                continue;
+            }
+            if let Err(left) = task.finish(deadline).await {
+                unacked_exports += left;
+                cut_at = Some("flushing exports");
+            }
+        }
+
+        link.counters.set_state(ConnectionState::Closed);
+        let report = LinkCloseReport {
+            complete: cut_at.is_none(),
+            cut_at,
+            unsettled_imports,
+            unacked_exports,
+            stats: link.counters.snapshot(),
+            elapsed: started.elapsed(),
+        };
+        if report.complete {
+            tracing::info!(link = %link.id, elapsed = ?report.elapsed, "ringbus-redis link closed");
+        } else {
+            tracing::warn!(
+                link = %link.id,
+                cut_at = ?report.cut_at,
+                unsettled_imports,
+                unacked_exports,
+                "ringbus-redis link close cut by its deadline"
+            );
+        }
+        report
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.inner.stop_imports.cancel();
+    }
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("id", &self.inner.id)
+            .field("consumer", &self.inner.consumer)
+            .field("prefix", &self.inner.prefix)
+            .field("state", &self.inner.counters.snapshot().state)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redacted("redis://app:s3cret@host:6379/0"),
+            "redis://app:<redacted>@host:6379/0"
+        );
+        assert_eq!(redacted("redis://:s3cret@host"), "redis://:<redacted>@host");
+        assert_eq!(redacted("rediss://s3cret@host"), "rediss://<redacted>@host");
+        assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
+        let builder = super::Link::builder("redis://u:hunter2@h:1");
+        assert!(!format!("{builder:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,134 @@
+//! What a link counts, and the report of its close.
+//!
+//! Every counter is a relaxed atomic: each is a tally on its own, read as a snapshot; no
+//! reader infers anything about other memory from a value it reads.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
+
+/// The state of the link's connections to Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Connected: the last connection made is in use, and no command has failed on it.
+    Connected,
+    /// A connection was lost; the link reconnects on its next command.
+    Disconnected,
+    /// Closed by [`Link::close`](crate::Link::close).
+    Closed,
+}
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            pub(crate) state: AtomicU8,
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        /// A snapshot of a link's counters.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct LinkStats {
+            /// The connections' state.
+            pub state: ConnectionState,
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self) -> LinkStats {
+                LinkStats {
+                    state: match self.state.load(Ordering::Relaxed) {
+                        CONNECTED => ConnectionState::Connected,
+                        DISCONNECTED => ConnectionState::Disconnected,
+                        _ => ConnectionState::Closed,
+                    },
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Connections made (the first and every reconnect, reading connections included).
+    connects,
+    /// Connections lost.
+    disconnects,
+    /// Messages added to their stream (XADD answered).
+    exported,
+    /// XADDs sent again after Redis did not answer (the first may have been stored: the
+    /// importers' dedup window drops the copy).
+    export_retries,
+    /// Messages that could not be exported (encoding, a header, size, or retries exhausted).
+    export_errors,
+    /// Messages not exported because they had been imported (a topic linked both ways), or
+    /// not imported because this link had exported them.
+    echo_skipped,
+    /// Messages published into the local bus from Redis.
+    imported,
+    /// Messages from Redis refused (undecodable, missing fields, oversized): dead-lettered.
+    bad_input,
+    /// Imports acknowledged (XACK) after every local subscriber handled them.
+    acked,
+    /// Imports given back after a handler failed, to be delivered again after `nack_delay`.
+    nacked,
+    /// Messages this link claimed from the pending list (XAUTOCLAIM): given back, or held by
+    /// a consumer that died or stalled past `claim_idle`.
+    claimed,
+    /// Imports sent to the dead-letter stream and acknowledged.
+    dead_lettered,
+    /// Stream entries dropped on import because an entry with the same message id was
+    /// handed to the bus within the dedup window.
+    duplicates,
+    /// Pending messages that were trimmed or deleted from their stream before they were
+    /// handled (XAUTOCLAIM reported them deleted).
+    trimmed,
+    /// Acks, gives-back or dead letters that could not be sent.
+    ack_errors,
+    /// Reads or claims that failed and were retried.
+    import_errors,
+}
+
+pub(crate) fn add(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+const CONNECTED: u8 = 0;
+const DISCONNECTED: u8 = 1;
+const CLOSED: u8 = 2;
+
+impl Counters {
+    pub(crate) fn set_state(&self, state: ConnectionState) {
+        let v = match state {
+            ConnectionState::Connected => CONNECTED,
+            ConnectionState::Disconnected => DISCONNECTED,
+            ConnectionState::Closed => CLOSED,
+        };
+        self.state.store(v, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == CLOSED
+    }
+}
+
+/// What [`Link::close`](crate::Link::close) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkCloseReport {
+    /// True if every step finished inside the deadline.
+    pub complete: bool,
+    /// The step the deadline cut, if any.
+    pub cut_at: Option<&'static str>,
+    /// Imports handed to the bus and not settled (acked, given back or dead-lettered) when
+    /// the deadline passed; they stay pending in their group and are claimed again after
+    /// `claim_idle`.
+    pub unsettled_imports: u64,
+    /// Exports not confirmed when the deadline passed, at most: still queued for Redis (as
+    /// counted when the close reached them) or awaiting XADD's answer.
+    pub unacked_exports: u64,
+    /// The counters at the end.
+    pub stats: LinkStats,
+    /// How long the close took.
+    pub elapsed: Duration,
+}

@@ -1,0 +1,261 @@
+//! Messages to and from Redis: a stream entry's fields around a codec's body.
+//!
+//! An entry holds the body under `Ringbus-Body`, the local topic under `Ringbus-Topic`, the
+//! message id under `Ringbus-Id`, the exporting link's id under `Ringbus-Origin`, and each
+//! user header under its own name (user names never start with `Ringbus-`: the shared
+//! `Headers` refuse it). Stream fields are binary safe; ids and headers are still held to the
+//! rules every link shares, so a message type sends the same headers over NATS and Redis.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use redis::Value;
+use ringbus_link::codec::{check_header, is_reserved};
+use ringbus_link::ids::next_id;
+use ringbus_link::names::{ID, ORIGIN, TOPIC};
+use ringbus_link::{Codec, CodecError, HeaderError, Headers, Meta};
+
+/// The field that holds the body.
+pub(crate) const BODY: &str = "Ringbus-Body";
+
+/// Why a message could not be exported.
+#[derive(Debug)]
+pub(crate) enum ExportError {
+    Encode(CodecError),
+    Header(HeaderError),
+    TooLarge { bytes: usize, max: usize },
+    Send(String),
+}
+
+impl fmt::Display for ExportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExportError::Encode(e) => write!(f, "cannot encode the message: {e}"),
+            ExportError::Header(e) => e.fmt(f),
+            ExportError::TooLarge { bytes, max } => write!(
+                f,
+                "the encoded message has {bytes} bytes, more than the {max} allowed"
+            ),
+            ExportError::Send(e) => write!(f, "Redis did not store the message: {e}"),
+        }
+    }
+}
+
+/// Why a stream entry was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BadInput {
+    TooLarge { bytes: usize, max: usize },
+    MissingField(&'static str),
+    WrongTopic,
+    NotText(String),
+    Decode,
+}
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadInput::TooLarge { bytes, max } => {
+                write!(f, "the body has {bytes} bytes, more than the {max} allowed")
+            }
+            BadInput::MissingField(name) => write!(f, "the required field {name} is missing"),
+            BadInput::WrongTopic => f.write_str("the topic field names another topic"),
+            BadInput::NotText(name) => write!(f, "the field {name:?} is not UTF-8 text"),
+            // The codec's error may quote the body: only its kind is kept.
+            BadInput::Decode => f.write_str("the body does not decode"),
+        }
+    }
+}
+
+/// An encoded message: the field/value pairs of one XADD (cheap to re-send: it is kept).
+#[derive(Clone, Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) id: String,
+    pub(crate) fields: Vec<(String, Vec<u8>)>,
+}
+
+/// Ids follow the rule of header values (no line breaks, no padding), as on every link.
+fn check_id(id: &str) -> Result<(), HeaderError> {
+    if id.is_empty() || id.contains(['\r', '\n']) || id.trim() != id {
+        return Err(HeaderError::bad_value(ID));
+    }
+    Ok(())
+}
+
+/// Encodes `msg` for `topic`, exported by link `origin`.
+pub(crate) fn encode<T, C: Codec<T>>(
+    codec: &C,
+    msg: &T,
+    topic: &str,
+    origin: &str,
+    max: usize,
+) -> Result<Outgoing, ExportError> {
+    let mut body = Vec::new();
+    let mut meta = Meta::default();
+    codec
+        .encode(msg, &mut body, &mut meta)
+        .map_err(ExportError::Encode)?;
+    if body.len() > max {
+        return Err(ExportError::TooLarge {
+            bytes: body.len(),
+            max,
+        });
+    }
+    let id = meta.id.unwrap_or_else(next_id);
+    check_id(&id).map_err(ExportError::Header)?;
+    let mut fields = Vec::with_capacity(4 + meta.headers.len());
+    fields.push((TOPIC.to_string(), topic.as_bytes().to_vec()));
+    fields.push((ID.to_string(), id.as_bytes().to_vec()));
+    fields.push((ORIGIN.to_string(), origin.as_bytes().to_vec()));
+    for (name, value) in meta.headers.iter() {
+        // A custom codec may have filled `Headers` without `insert`'s check: check again.
+        check_header(name, value).map_err(ExportError::Header)?;
+        fields.push((name.to_string(), value.as_bytes().to_vec()));
+    }
+    fields.push((BODY.to_string(), body));
+    Ok(Outgoing { id, fields })
+}
+
+/// The bytes of a field's value, if it is a string.
+pub(crate) fn bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
+/// A field's value as text.
+pub(crate) fn text<'a>(
+    fields: &'a HashMap<String, Value>,
+    name: &'static str,
+) -> Result<&'a str, BadInput> {
+    let value = fields.get(name).ok_or(BadInput::MissingField(name))?;
+    let raw = bytes(value).ok_or(BadInput::NotText(name.to_string()))?;
+    std::str::from_utf8(raw).map_err(|_| BadInput::NotText(name.to_string()))
+}
+
+/// The exporting link's id, if the entry names one.
+pub(crate) fn origin(fields: &HashMap<String, Value>) -> Option<&str> {
+    text(fields, ORIGIN).ok()
+}
+
+/// The message id, if the entry has one.
+pub(crate) fn message_id(fields: &HashMap<String, Value>) -> Option<&str> {
+    text(fields, ID).ok()
+}
+
+/// Decodes a stream entry for `topic`.
+pub(crate) fn decode<T, C: Codec<T>>(
+    codec: &C,
+    topic: &str,
+    fields: &HashMap<String, Value>,
+    max: usize,
+) -> Result<T, BadInput> {
+    let body = fields
+        .get(BODY)
+        .and_then(bytes)
+        .ok_or(BadInput::MissingField(BODY))?;
+    if body.len() > max {
+        return Err(BadInput::TooLarge {
+            bytes: body.len(),
+            max,
+        });
+    }
+    if text(fields, TOPIC)? != topic {
+        return Err(BadInput::WrongTopic);
+    }
+    let id = text(fields, ID)?.to_string();
+    let mut headers = Headers::new();
+    for (name, value) in fields {
+        if is_reserved(name) {
+            continue;
+        }
+        let value = bytes(value)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .ok_or_else(|| BadInput::NotText(name.escape_debug().to_string()))?;
+        if check_header(name, value).is_err() {
+            return Err(BadInput::NotText(name.escape_debug().to_string()));
+        }
+        headers.insert_unchecked(name.clone(), value.to_string());
+    }
+    codec
+        .decode(
+            body,
+            Meta {
+                id: Some(id),
+                headers,
+            },
+        )
+        .map_err(|_| BadInput::Decode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringbus_link::{Envelope, Json};
+
+    fn as_entry(out: &Outgoing) -> HashMap<String, Value> {
+        out.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::BulkString(v.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_keeps_id_headers_and_body() {
+        let msg = Envelope::new(vec![1u8, 2, 3])
+            .with_id("order-7")
+            .with_header("Tenant", "acme")
+            .unwrap();
+        let out = encode(&Json, &msg, "orders", "me", 1 << 20).unwrap();
+        let entry = as_entry(&out);
+        assert_eq!(origin(&entry), Some("me"));
+        let back: Envelope<Vec<u8>> = decode(&Json, "orders", &entry, 1 << 20).unwrap();
+        assert_eq!(back.id(), "order-7");
+        assert_eq!(back.headers(), msg.headers());
+        assert_eq!(back.body(), msg.body());
+        assert!(back.is_imported());
+    }
+
+    #[test]
+    fn refuses_bad_input_without_panicking() {
+        let out = encode(&Json, &5u32, "n", "me", 1024).unwrap();
+        let entry = as_entry(&out);
+        assert_eq!(
+            decode::<u32, _>(&Json, "other", &entry, 1024).unwrap_err(),
+            BadInput::WrongTopic
+        );
+        let mut broken = entry.clone();
+        broken.insert(BODY.into(), Value::BulkString(b"{not json".to_vec()));
+        assert_eq!(
+            decode::<u32, _>(&Json, "n", &broken, 1024).unwrap_err(),
+            BadInput::Decode
+        );
+        let mut no_id = entry.clone();
+        no_id.remove(ID);
+        assert_eq!(
+            decode::<u32, _>(&Json, "n", &no_id, 1024).unwrap_err(),
+            BadInput::MissingField(ID)
+        );
+        let mut bad_header = entry.clone();
+        bad_header.insert("Note".into(), Value::BulkString(b"a\r\nb".to_vec()));
+        assert!(matches!(
+            decode::<u32, _>(&Json, "n", &bad_header, 1024),
+            Err(BadInput::NotText(_))
+        ));
+        assert!(matches!(
+            decode::<u32, _>(&Json, "n", &entry, 0),
+            Err(BadInput::TooLarge { .. })
+        ));
+        assert!(matches!(
+            encode(&Json, &"x".repeat(100), "n", "me", 10),
+            Err(ExportError::TooLarge { .. })
+        ));
+        let bad_id = Envelope::new(1u32).with_id("a\r\nb");
+        assert!(matches!(
+            encode(&Json, &bad_id, "n", "me", 1024),
+            Err(ExportError::Header(_))
+        ));
+    }
+}

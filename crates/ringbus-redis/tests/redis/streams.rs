@@ -1,0 +1,401 @@
+//! What only a consumer-group link does: claiming a dead consumer's messages, acking only
+//! after handling, dead-lettering bad input, trimming, linking both ways, credentials. The
+//! cases every link shares (round trip, order, close, redelivery, dead letters, dedup, a
+//! server kill and restart) run in the shared suite: `cargo test -p ringbus-conformance`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::streams::StreamRangeReply;
+use ringbus::Bus;
+use ringbus_redis::testing::RedisServer;
+use ringbus_redis::{Link, LinkError, StreamOptions};
+use tokio::sync::{mpsc, Notify};
+
+use crate::{eventually, WAIT};
+
+fn options() -> StreamOptions {
+    StreamOptions {
+        claim_idle: Duration::from_millis(300),
+        nack_delay: Duration::from_millis(100),
+        max_deliver: 3,
+        ..StreamOptions::default()
+    }
+}
+
+async fn link(server: &RedisServer, bus: &Bus, options: StreamOptions) -> Link {
+    Link::builder(server.url())
+        .prefix("s")
+        .streams(options)
+        .connect(bus)
+        .await
+        .unwrap()
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The entries of stream `key`, through the link's own client.
+async fn entries(link: &Link, key: &str) -> StreamRangeReply {
+    let mut conn = link
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A field of a stream entry, as text.
+fn field(entry: &redis::streams::StreamId, name: &str) -> String {
+    match entry.map.get(name) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("field {name}: {other:?}"),
+    }
+}
+
+/// A message whose handler had not finished when its importer died is not acknowledged: a
+/// live consumer of the group claims it after `claim_idle` and handles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_held_by_a_dead_consumer_is_claimed_and_handled_elsewhere() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let publisher = Bus::new();
+    let out = link(&server, &publisher, options()).await;
+    out.export::<u64>("jobs").await.unwrap();
+
+    // The first importer's handler never finishes.
+    let stuck_bus = Bus::new();
+    let started = Arc::new(Notify::new());
+    let never = Arc::new(Notify::new());
+    let (s, n) = (started.clone(), never.clone());
+    let _stuck = stuck_bus
+        .subscribe("jobs", move |_: &u64| {
+            let (s, n) = (s.clone(), n.clone());
+            async move {
+                s.notify_one();
+                n.notified().await;
+            }
+        })
+        .unwrap();
+    let dying = link(&server, &stuck_bus, options()).await;
+    dying.import::<u64>("jobs").await.unwrap();
+    publisher.publish("jobs", 7u64).await.unwrap();
+    tokio::time::timeout(WAIT, started.notified())
+        .await
+        .unwrap();
+    // It dies: its close is cut at once, what it held stays pending.
+    let report = dying.close(Duration::ZERO).await;
+    assert!(!report.complete, "{report:?}");
+    assert_eq!(dying.stats().acked, 0);
+
+    // A live consumer of the same group claims it.
+    let live_bus = Bus::new();
+    let (tx, mut got) = mpsc::unbounded_channel();
+    let _live = live_bus
+        .subscribe("jobs", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let live = link(&server, &live_bus, options()).await;
+    live.import::<u64>("jobs").await.unwrap();
+    let n = tokio::time::timeout(WAIT, got.recv()).await.unwrap();
+    assert_eq!(n, Some(7));
+    eventually("acked by the live consumer", || live.stats().acked == 1).await;
+    assert_eq!(live.stats().claimed, 1);
+    assert!(live.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+    live_bus.close().await;
+    publisher.close().await;
+}
+
+/// A handler that is still running holds its message unacknowledged; the ack follows the
+/// handler, never precedes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ack_waits_for_every_local_handler() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let gate = Arc::new(Notify::new());
+    let handled = Arc::new(AtomicU64::new(0));
+    let (g, h) = (gate.clone(), handled.clone());
+    // Two subscribers: a fast one and one that waits for the gate.
+    let _fast = bus.subscribe("t", |_: &u64| async {}).unwrap();
+    let _slow = bus
+        .subscribe("t", move |_: &u64| {
+            let (g, h) = (g.clone(), h.clone());
+            async move {
+                g.notified().await;
+                h.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .unwrap();
+    let l = link(&server, &bus, options()).await;
+    l.import::<u64>("t").await.unwrap();
+    let mut conn = raw(&server).await;
+    let fields: Vec<(&str, &[u8])> = vec![
+        ("Ringbus-Topic", b"t"),
+        ("Ringbus-Id", b"x-1"),
+        ("Ringbus-Body", b"5"),
+    ];
+    let _: String = redis::cmd("XADD")
+        .arg("s:t")
+        .arg("*")
+        .arg(fields)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually("imported", || l.stats().imported == 1).await;
+    // The slow handler has not run: the message is pending, not acked.
+    let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+        .arg("s:t")
+        .arg("ringbus")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.count(), 1, "{pending:?}");
+    assert_eq!(l.stats().acked, 0);
+    gate.notify_one();
+    eventually("acked after the slow handler", || l.stats().acked == 1).await;
+    assert_eq!(handled.load(Ordering::SeqCst), 1);
+    assert!(l.close(WAIT).await.complete);
+    bus.close().await;
+}
+
+/// Entries that do not decode (or lack fields) are dead-lettered and counted; the good ones
+/// around them are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_wire_input_is_dead_lettered_and_counted() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let (tx, mut got) = mpsc::unbounded_channel();
+    let _sub = bus
+        .subscribe("t", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let l = link(&server, &bus, options()).await;
+    l.import::<u64>("t").await.unwrap();
+    let mut conn = raw(&server).await;
+    let bad: [&[(&str, &[u8])]; 4] = [
+        &[
+            ("Ringbus-Topic", b"t"),
+            ("Ringbus-Id", b"a"),
+            ("Ringbus-Body", b"{not json"),
+        ],
+        &[("Ringbus-Topic", b"t"), ("Ringbus-Body", b"1")],
+        &[
+            ("Ringbus-Topic", b"other"),
+            ("Ringbus-Id", b"c"),
+            ("Ringbus-Body", b"1"),
+        ],
+        &[("junk", b"\xff\xfe")],
+    ];
+    for fields in bad {
+        let _: String = redis::cmd("XADD")
+            .arg("s:t")
+            .arg("*")
+            .arg(fields)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let good: &[(&str, &[u8])] = &[
+        ("Ringbus-Topic", b"t"),
+        ("Ringbus-Id", b"d"),
+        ("Ringbus-Body", b"42"),
+    ];
+    let _: String = redis::cmd("XADD")
+        .arg("s:t")
+        .arg("*")
+        .arg(good)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, got.recv()).await.unwrap(),
+        Some(42)
+    );
+    eventually("4 dead letters", || l.stats().dead_lettered == 4).await;
+    assert_eq!(l.stats().bad_input, 4);
+    let dead = entries(&l, &l.dead_letter_key("t").unwrap()).await;
+    assert_eq!(dead.ids.len(), 4);
+    assert!(field(&dead.ids[0], "Ringbus-Dead-Reason").contains("does not decode"));
+    // Nothing is left pending: the bad entries were acked with their dead letters.
+    assert!(l.close(WAIT).await.complete);
+    let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+        .arg("s:t")
+        .arg("ringbus")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.count(), 0);
+    bus.close().await;
+}
+
+/// MAXLEN trimming: a stream never holds more than `max_len` entries (exact trimming here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_trim_the_stream_to_max_len() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let options = StreamOptions {
+        max_len: Some(10),
+        exact_trim: true,
+        ..options()
+    };
+    let l = link(&server, &bus, options).await;
+    l.export::<u64>("t").await.unwrap();
+    for n in 0..100u64 {
+        bus.publish("t", n).await.unwrap();
+    }
+    assert!(l.close(WAIT).await.complete);
+    assert_eq!(l.stats().exported, 100);
+    let kept = entries(&l, "s:t").await;
+    assert_eq!(kept.ids.len(), 10);
+    assert_eq!(field(&kept.ids[0], "Ringbus-Body"), "90");
+    bus.close().await;
+}
+
+/// A topic linked both ways between two processes: each sees the other's messages, never its
+/// own back, and nothing loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_both_carries_each_way_without_echo() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    type Chat = ringbus_redis::Envelope<String>;
+    let (a, b) = (Bus::new(), Bus::new());
+    let (tx_a, mut seen_a) = mpsc::unbounded_channel();
+    let (tx_b, mut seen_b) = mpsc::unbounded_channel();
+    let _sa = a
+        .subscribe("chat", move |m: &Chat| {
+            let _ = tx_a.send((m.body().clone(), m.is_imported()));
+            async {}
+        })
+        .unwrap();
+    let _sb = b
+        .subscribe("chat", move |m: &Chat| {
+            let _ = tx_b.send((m.body().clone(), m.is_imported()));
+            async {}
+        })
+        .unwrap();
+    // Each process its own group, so each sees every message.
+    let la = link(
+        &server,
+        &a,
+        StreamOptions {
+            group: "a".into(),
+            ..options()
+        },
+    )
+    .await;
+    let lb = link(
+        &server,
+        &b,
+        StreamOptions {
+            group: "b".into(),
+            ..options()
+        },
+    )
+    .await;
+    la.link_both::<Chat>("chat").await.unwrap();
+    lb.link_both::<Chat>("chat").await.unwrap();
+    match la.link_both::<u64>("plain").await {
+        Err(LinkError::EchoLoop { .. }) => {}
+        other => panic!("expected EchoLoop, got {other:?}"),
+    }
+    a.publish("chat", Chat::new("from a".into())).await.unwrap();
+    b.publish("chat", Chat::new("from b".into())).await.unwrap();
+    let mut got_a = vec![recv(&mut seen_a).await, recv(&mut seen_a).await];
+    let mut got_b = vec![recv(&mut seen_b).await, recv(&mut seen_b).await];
+    got_a.sort();
+    got_b.sort();
+    assert_eq!(
+        got_a,
+        [("from a".to_string(), false), ("from b".to_string(), true)]
+    );
+    assert_eq!(
+        got_b,
+        [("from a".to_string(), true), ("from b".to_string(), false)]
+    );
+    assert!(la.close(WAIT).await.complete);
+    assert!(lb.close(WAIT).await.complete);
+    // Each export went out once, each import came in once: nothing looped.
+    let (sa, sb) = (la.stats(), lb.stats());
+    assert_eq!(
+        (sa.exported, sa.imported, sb.exported, sb.imported),
+        (1, 1, 1, 1)
+    );
+    assert!(seen_a.try_recv().is_err() && seen_b.try_recv().is_err());
+    a.close().await;
+    b.close().await;
+}
+
+async fn recv(rx: &mut mpsc::UnboundedReceiver<(String, bool)>) -> (String, bool) {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A refused password is an error at connect, and the builder's Debug never shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_connect_and_never_prints() {
+    let Some(server) =
+        RedisServer::start_with(ringbus_redis::testing::ServerOptions::new().password("right"))
+    else {
+        return;
+    };
+    let bus = Bus::new();
+    let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    let builder = Link::builder(wrong);
+    assert!(!format!("{builder:?}").contains("wrong"));
+    match builder.connect(&bus).await {
+        Err(LinkError::Connect(e)) => assert!(!e.to_string().contains("wrong@"), "{e}"),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+    let l = Link::builder(server.url()).connect(&bus).await.unwrap();
+    assert!(!format!("{l:?}").contains("right"));
+    assert!(l.close(WAIT).await.complete);
+    bus.close().await;
+}
+
+/// With the `tls` feature, a `rediss://` URL makes a TLS connection (rustls with its ring
+/// provider, never a panic for want of one): against a plain-text server, an `Err`.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_against_a_plain_server_is_an_error_not_a_panic() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let url = format!("rediss://127.0.0.1:{}", server.port());
+    let connected = Link::builder(url)
+        .connection_timeout(Duration::from_secs(2))
+        .connect(&bus)
+        .await;
+    assert!(
+        matches!(connected, Err(LinkError::Connect(_))),
+        "{connected:?}"
+    );
+    bus.close().await;
+}
