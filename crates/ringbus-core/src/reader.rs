@@ -341,7 +341,8 @@ impl<T> Reader<T> {
         Batch { reader: self, len }
     }
 
-    /// [`recv`](Self::recv) for plain threads: blocks the thread (after a short spin).
+    /// [`recv`](Self::recv) for plain threads: blocks the thread (after a short spin and a few
+    /// yields of the thread).
     #[cfg(not(ringbus_loom))]
     pub fn blocking_recv(&mut self) -> Result<ReadGuard<'_, T>, Closed> {
         crate::blocking::block_on(std::future::poll_fn(|cx| self.poll_ready(cx)))?;
