@@ -481,3 +481,33 @@ fn a_subscriber_frees_each_slot_as_soon_as_it_handled_the_message() {
     publisher.join().unwrap();
     runtime.block_on(bus.close());
 }
+
+/// A handler that spends the task's whole cooperative budget on every poll is still timed
+/// out: its stall timer is polled outside the budget it used up (as `tokio::time::timeout`
+/// does), not with none left, where it would never fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_spends_its_whole_budget_on_every_poll_is_still_timed_out() {
+    let bus = Bus::new();
+    let sub = bus
+        .subscribe_with(
+            "t",
+            SubscribeOptions::new().stall_timeout(Duration::from_millis(50)),
+            |_: &u64| async {
+                loop {
+                    tokio::task::coop::consume_budget().await;
+                }
+                #[allow(unreachable_code)]
+                ()
+            },
+        )
+        .unwrap();
+    bus.publish("t", 1u64).await.unwrap();
+    // The task ends once the subscriber is detached; the timeout is only a watchdog.
+    let stats = sub.stats();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), sub.unsubscribe())
+            .await
+            .is_ok(),
+        "the stall timeout never fired: {stats:?}"
+    );
+}

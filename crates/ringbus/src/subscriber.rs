@@ -674,7 +674,10 @@ impl Stall {
     }
 
     /// Runs `call` to its end, or until the stall timeout passes (`None`), as
-    /// `tokio::time::timeout` would: the call is polled before the timer.
+    /// `tokio::time::timeout` would: the call is polled before the timer, and if the call
+    /// spent the last of the task's budget, the timer is polled outside the budget (a timer
+    /// polled with none left never fires, and a handler that spends its budget on every poll
+    /// would never be timed out).
     async fn wait<F: Future>(&mut self, mut call: Pin<&mut F>) -> Option<F::Output> {
         let Some(timeout) = self.timeout else {
             return Some(call.await);
@@ -690,10 +693,18 @@ impl Stall {
                 .insert(Box::pin(tokio::time::sleep_until(deadline))),
         };
         poll_fn(|cx| {
+            let had_budget = tokio::task::coop::has_budget_remaining();
             if let Poll::Ready(output) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(output));
             }
-            timer.as_mut().poll(cx).map(|()| None)
+            let timer = timer.as_mut();
+            if had_budget && !tokio::task::coop::has_budget_remaining() {
+                Pin::new(&mut tokio::task::unconstrained(timer))
+                    .poll(cx)
+                    .map(|()| None)
+            } else {
+                timer.poll(cx).map(|()| None)
+            }
         })
         .await
     }
