@@ -118,6 +118,8 @@ struct Ctx {
     /// Distinguishes the message ids of the raw client, as the link's process tag does.
     tag: String,
     next_prefix: AtomicU64,
+    /// `diag`: print the commands the server ran per message in each round.
+    diag: bool,
 }
 
 impl Ctx {
@@ -589,12 +591,51 @@ async fn verify_stream(ctx: &Ctx, prefix: &str, n: u64) -> Result<(), String> {
     }
 }
 
+impl Ctx {
+    /// Prints the stream commands the server ran in the round (since `CONFIG RESETSTAT`), per
+    /// message: how much each side batches.
+    async fn commands_per_message(&self, system: System, cell: Cell) {
+        let Ok(info) = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async::<String>(&mut self.admin.clone())
+            .await
+        else {
+            return;
+        };
+        let mut line = format!("    {} commands per message:", system.name);
+        for l in info.lines() {
+            // cmdstat_xadd:calls=20000,usec=...
+            let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let calls = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|c| c.parse::<f64>().ok());
+            if let (true, Some(calls)) = (name.starts_with('x'), calls) {
+                let _ = write!(line, " {name} {:.3}", calls / cell.messages as f64);
+            }
+        }
+        println!("{line}");
+    }
+}
+
 impl LinkBench for Ctx {
     type Cell = Cell;
 
     async fn round(&self, system: System, cell: Cell) -> Result<Sample, String> {
         let prefix = format!("rb{}", self.next_prefix.fetch_add(1, Ordering::Relaxed));
+        if self.diag {
+            let _ = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async::<()>(&mut self.admin.clone())
+                .await;
+        }
         let result = measure(self, system, cell, &prefix).await;
+        if self.diag && result.is_ok() {
+            self.commands_per_message(system, cell).await;
+        }
         let _ = redis::cmd("DEL")
             .arg(stream_key(&prefix))
             .query_async::<()>(&mut self.admin.clone())
@@ -823,6 +864,7 @@ async fn run(o: &Options, server: &RedisServer, systems: &[System]) -> Vec<CellR
         streams: StreamOptions::default(),
         tag: format!("{:016x}", (u64::from(std::process::id()) << 32) | 0xbe4c),
         next_prefix: AtomicU64::new(1),
+        diag: o.diag,
     };
     let cells: Vec<Cell> = [64, 512]
         .into_iter()
