@@ -84,3 +84,9 @@ ci:
 # ringbus-nats beside the raw async-nats client: core and JetStream, 64 B and 512 B, interleaved.
 nats-bench *args:
     RUSTFLAGS= cargo bench -p ringbus-bench --bench nats -- {{args}}
+
+# Writes the "redis" key of docs/benchmarks/results.json and the table in docs/benchmarks/redis.md
+# (RUSTFLAGS cleared); `just redis-bench quick` is a smoke run that writes nothing.
+# ringbus-redis beside the raw redis client: Redis Streams, 64 B and 512 B, interleaved.
+redis-bench *args:
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench redis -- {{args}}

@@ -21,7 +21,7 @@
 //! with the criterion benches `bus.rs` and `ring.rs`) in `common/bus_peers.rs` and
 //! `common/ring_peers.rs`, the JSON and the page in `compare/report.rs`, the counting
 //! allocator (the runs' timed `Window`) in `compare/alloc.rs`, the statistics and the
-//! machine's description (shared with `nats.rs`) in `common/mod.rs`.
+//! machine's description (shared with `nats.rs` and `redis.rs`) in `common/mod.rs`.
 //!
 //! First every scenario warms every system up, which also sizes its rounds: the system runs
 //! with 8x more operations each time until one run lasts an eighth of the target window
@@ -484,11 +484,12 @@ fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<
         })
         .collect();
     let path = dir.join("results.json");
-    // The "nats" key is `benches/nats.rs`'s (`just nats-bench`): kept from the file replaced.
-    let nats = std::fs::read_to_string(&path)
+    // The "nats" and "redis" keys are `benches/nats.rs`'s and `benches/redis.rs`'s (`just
+    // nats-bench`, `just redis-bench`): kept from the file replaced.
+    let mut old = std::fs::read_to_string(&path)
         .ok()
         .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-        .map_or(Value::Null, |mut old| old["nats"].take());
+        .unwrap_or(Value::Null);
     let mut results = json!({
         "about": "ringbus beside its peers: every figure is the time per operation on the \
                   publishing side (median, min and max of the interleaved rounds, \
@@ -499,8 +500,11 @@ fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<
         "figures": objects,
         "latency": latency(),
     });
-    if !nats.is_null() {
-        results["nats"] = nats;
+    for key in ["nats", "redis"] {
+        let kept = old[key].take();
+        if !kept.is_null() {
+            results[key] = kept;
+        }
     }
     std::fs::create_dir_all(dir)?;
     let mut body = serde_json::to_string_pretty(&results).map_err(std::io::Error::other)?;

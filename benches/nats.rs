@@ -26,6 +26,9 @@
 //! aborted with the reason, and the run exits non-zero. A JetStream round cut by a stall of
 //! the client's pull stream (a missed heartbeat, see nats.md) is run again and recorded.
 //!
+//! The message, the counting handlers, the systems, the interleaved rounds, the table and the
+//! JSON figures are shared with `redis.rs` (`common/links.rs`); this file holds the NATS wiring.
+//!
 //! ```text
 //! just nats-bench                # full run: the "nats" key of results.json, the nats.md table
 //! just nats-bench quick          # smoke run (fewer messages, 3 rounds), nothing written
@@ -39,25 +42,29 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream::StorageType};
 use async_nats::{Client, HeaderMap, Subject};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use ringbus::{subscriber, Bus, State, Subscription};
+use ringbus::{Bus, Subscription};
 use ringbus_nats::testing::NatsServer;
 use ringbus_nats::{JetStreamOptions, Link, Mode};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/links.rs"]
+mod links;
 
-use common::{command, loadavg, max, median, min, read, sig3, utc_now, CpuTicks};
+use common::{command, loadavg, max, median, min, read, utc_now};
+use links::{
+    fmt_rate, payload_text, poll_until, spread, CellResult, LinkBench, OrFail, Payload, Publishing,
+    RoundReceiver, RoundSender, Sample, Side, System, Tally, ROUND_TIMEOUT,
+};
 
 /// The topic every round uses (each round under its own prefix, so its own subject and
 /// stream).
@@ -70,123 +77,12 @@ const IMPORT_BUFFER: usize = 4096;
 const ACK_WINDOW: usize = 256;
 const PULL_BATCH: usize = 64;
 const MAX_ACK_PENDING: i64 = 256;
-/// How long a round may take before it counts as failed.
-const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Starts the error of a round cut by a JetStream pull stall (see nats.md): such a round is
 /// run again, at most `MAX_STALL_RETRIES` times per cell.
 const STALL: &str = "pull stalled";
 const MAX_STALL_RETRIES: usize = 6;
 /// The durable consumer name the link derives for topic `bench` (`<durable>_<topic>`).
 const DURABLE: &str = "ringbus_bench";
-
-// ---------------------------------------------------------------------------------------------
-// The message and the counting handlers
-// ---------------------------------------------------------------------------------------------
-
-/// The payload: a string of the cell's size; JSON makes it a body two bytes longer.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(transparent)]
-struct Payload {
-    body: String,
-}
-
-/// Counts what a receiver got and notes when the last one arrived.
-#[derive(Clone)]
-struct Tally(Arc<TallyInner>);
-
-struct TallyInner {
-    expected: u64,
-    /// The length every body must have.
-    size: usize,
-    seen: AtomicU64,
-    bad: AtomicU64,
-    done_at: OnceLock<Instant>,
-    done: Notify,
-}
-
-impl Tally {
-    fn new(expected: u64, size: usize) -> Self {
-        Self(Arc::new(TallyInner {
-            expected,
-            size,
-            seen: AtomicU64::new(0),
-            bad: AtomicU64::new(0),
-            done_at: OnceLock::new(),
-            done: Notify::new(),
-        }))
-    }
-
-    /// Counts one message of `len` bytes; true for the last one expected.
-    fn record(&self, len: usize) -> bool {
-        let t = &self.0;
-        if len != t.size {
-            t.bad.fetch_add(1, Ordering::Relaxed);
-        }
-        if t.seen.fetch_add(1, Ordering::AcqRel) + 1 == t.expected {
-            let _ = t.done_at.set(Instant::now());
-            t.done.notify_one();
-            return true;
-        }
-        false
-    }
-
-    fn seen(&self) -> u64 {
-        self.0.seen.load(Ordering::Acquire)
-    }
-
-    /// When the last expected message arrived; or why not: `lost` said messages were lost
-    /// (checked every 100 ms), or the timeout passed.
-    async fn wait(&self, lost: impl Fn() -> Option<String>) -> Result<Instant, String> {
-        let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
-        let done = self.0.done.notified();
-        let mut done = std::pin::pin!(done);
-        loop {
-            match tokio::time::timeout(Duration::from_millis(100), done.as_mut()).await {
-                Ok(()) => break,
-                Err(_) => {
-                    if let Some(why) = lost() {
-                        return Err(format!(
-                            "{why}; {} of {} arrived",
-                            self.seen(),
-                            self.0.expected
-                        ));
-                    }
-                    if tokio::time::Instant::now() > deadline {
-                        return Err(format!(
-                            "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
-                            self.seen(),
-                            self.0.expected
-                        ));
-                    }
-                }
-            }
-        }
-        self.0
-            .done_at
-            .get()
-            .copied()
-            .ok_or_else(|| "notified before the last message".to_string())
-    }
-
-    /// Every message arrived exactly once with its full body.
-    fn verify(&self) -> Result<(), String> {
-        let (seen, bad) = (self.seen(), self.0.bad.load(Ordering::Relaxed));
-        if seen != self.0.expected || bad != 0 {
-            return Err(format!(
-                "received {seen} of {} messages ({bad} with a wrong body)",
-                self.0.expected
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// The full bus's handler: an `async fn(&Msg)` with shared state, registered with
-/// `bus.register(count)`.
-#[subscriber("bench")]
-async fn count(msg: &Payload, tally: State<Tally>) {
-    tally.record(msg.body.len());
-}
 
 // ---------------------------------------------------------------------------------------------
 // Cells, systems, rounds
@@ -221,59 +117,18 @@ struct Cell {
     messages: u64,
 }
 
-/// One side of a round: the raw client, the link on a thin bus, or the link on a bus used as
-/// an application uses it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Raw,
-    Link,
-    Bus,
-}
+impl links::Cell for Cell {
+    fn mode(&self) -> &'static str {
+        self.kind.name()
+    }
 
-/// A system: who sends and who receives.
-#[derive(Clone, Copy, Debug)]
-struct System {
-    name: &'static str,
-    send: Side,
-    recv: Side,
-}
+    fn size(&self) -> usize {
+        self.size
+    }
 
-const RAW: System = System {
-    name: "raw",
-    send: Side::Raw,
-    recv: Side::Raw,
-};
-const LINK: System = System {
-    name: "link",
-    send: Side::Link,
-    recv: Side::Link,
-};
-const BUS: System = System {
-    name: "bus",
-    send: Side::Bus,
-    recv: Side::Bus,
-};
-/// Diagnostics: the link on one side only.
-const EXPORT_ONLY: System = System {
-    name: "export-only",
-    send: Side::Link,
-    recv: Side::Raw,
-};
-const IMPORT_ONLY: System = System {
-    name: "import-only",
-    send: Side::Raw,
-    recv: Side::Link,
-};
-
-/// What one round measured.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    secs: f64,
-    client_cpu_ns: u64,
-    server_cpu_ns: u64,
-    /// Share of the machine's CPU time used by other processes (not this one, not the
-    /// server, not stolen by the hypervisor) during the round.
-    foreign: f64,
+    fn messages(&self) -> u64 {
+        self.messages
+    }
 }
 
 /// What every round shares.
@@ -286,24 +141,6 @@ struct Ctx {
     next_prefix: AtomicU64,
 }
 
-trait OrFail<T> {
-    fn or_fail(self, what: &str) -> Result<T, String>;
-}
-
-impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
-    fn or_fail(self, what: &str) -> Result<T, String> {
-        self.map_err(|e| format!("{what}: {e}"))
-    }
-}
-
-/// The body a payload of `size` bytes has on the wire: its JSON string.
-fn payload_text(size: usize) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    (0..size)
-        .map(|i| char::from(ALPHABET[(i * 7 + i / 13) % ALPHABET.len()]))
-        .collect()
-}
-
 /// One request round trip: the server has processed everything this connection sent before.
 async fn round_trip(client: &Client) -> Result<(), String> {
     match client.request("_BENCH.PING", Bytes::new()).await {
@@ -311,39 +148,6 @@ async fn round_trip(client: &Client) -> Result<(), String> {
         Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
         Err(e) => Err(format!("round trip: {e}")),
     }
-}
-
-/// Polls `done` every millisecond; returns `since` if it already holds.
-async fn poll_until(
-    since: Instant,
-    what: &str,
-    done: impl Fn() -> bool,
-) -> Result<Instant, String> {
-    if done() {
-        return Ok(since);
-    }
-    let deadline = Instant::now() + ROUND_TIMEOUT;
-    loop {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        if done() {
-            return Ok(Instant::now());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{what} within {ROUND_TIMEOUT:?}"));
-        }
-    }
-}
-
-/// CPU time of every thread of process `pid` (nanoseconds, from `schedstat`).
-fn cpu_ns(pid: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 fn stream_config(prefix: &str) -> jetstream::stream::Config {
@@ -488,17 +292,7 @@ async fn receiver(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Rec
         }
         Side::Link | Side::Bus => {
             let tally = Tally::new(cell.messages, cell.size);
-            let bus = Bus::builder().state(tally.clone()).build();
-            let subscription = if side == Side::Link {
-                let counted = tally.clone();
-                bus.subscribe(TOPIC, move |p: &Payload| {
-                    counted.record(p.body.len());
-                    std::future::ready(())
-                })
-            } else {
-                bus.register(count)
-            }
-            .or_fail("subscribe")?;
+            let (bus, subscription) = links::counting_bus(side, &tally)?;
             let link = Link::builder(ctx.url.as_str())
                 .prefix(prefix)
                 .import_buffer(IMPORT_BUFFER.max(cell.messages as usize))
@@ -518,7 +312,9 @@ async fn receiver(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Rec
     }
 }
 
-impl Receiver {
+impl RoundReceiver for Receiver {
+    type Cell = Cell;
+
     /// When the last message was received (JetStream: and acked).
     async fn wait(&mut self, cell: Cell) -> Result<Instant, String> {
         match self {
@@ -603,9 +399,7 @@ impl Receiver {
             }
         }
     }
-}
 
-impl Receiver {
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
         let bounded = Duration::from_secs(5);
@@ -630,9 +424,6 @@ enum Sender {
     Raw(Client),
     Link { link: Link, bus: Bus },
 }
-
-/// The publishing loop of one round; the raw JetStream loop returns when its last ack came.
-type Publishing = JoinHandle<Result<Option<Instant>, String>>;
 
 async fn sender(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Sender, String> {
     match side {
@@ -730,38 +521,18 @@ impl Sender {
                     }),
                 }
             }
-            Sender::Link { bus, .. } => {
-                let bus = bus.clone();
-                if side == Side::Link {
-                    let topic = bus.topic::<Payload>(TOPIC).or_fail("topic")?;
-                    tokio::spawn(async move {
-                        for _ in 0..n {
-                            let msg = Payload { body: text.clone() };
-                            topic.publish(msg).await.or_fail("publish")?;
-                        }
-                        Ok(None)
-                    })
-                } else {
-                    tokio::spawn(async move {
-                        for _ in 0..n {
-                            let msg = Payload { body: text.clone() };
-                            bus.publish(TOPIC, msg).await.or_fail("publish")?;
-                        }
-                        Ok(None)
-                    })
-                }
-            }
+            Sender::Link { bus, .. } => links::publish_into(bus, side, text, n)?,
         };
         Ok(task)
     }
+}
+
+impl RoundSender for Sender {
+    type Cell = Cell;
 
     /// When every publish was done (JetStream: acked by the server); `since` if already.
     async fn wait(&self, task: Publishing, cell: Cell, since: Instant) -> Result<Instant, String> {
-        let published = match tokio::time::timeout(ROUND_TIMEOUT, task).await {
-            Ok(Ok(r)) => r?,
-            Ok(Err(e)) => return Err(format!("publisher panicked: {e}")),
-            Err(_) => return Err("the publisher did not finish".to_string()),
-        };
+        let published = links::published(task).await?;
         match self {
             Sender::Raw(_) => Ok(published.map_or(since, |t| t.max(since))),
             Sender::Link { link, .. } if cell.kind == Kind::Js => {
@@ -797,9 +568,7 @@ impl Sender {
             }
         }
     }
-}
 
-impl Sender {
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
         let bounded = Duration::from_secs(5);
@@ -847,17 +616,27 @@ async fn verify_stream(ctx: &Ctx, prefix: &str, n: u64) -> Result<(), String> {
     }
 }
 
-async fn round(ctx: &Ctx, system: System, cell: Cell) -> Result<Sample, String> {
-    let prefix = format!("nb{}", ctx.next_prefix.fetch_add(1, Ordering::Relaxed));
-    let result = measure(ctx, system, cell, &prefix).await;
-    if cell.kind == Kind::Js {
-        let _ = ctx.admin.delete_stream(prefix.to_ascii_uppercase()).await;
+impl LinkBench for Ctx {
+    type Cell = Cell;
+
+    async fn round(&self, system: System, cell: Cell) -> Result<Sample, String> {
+        let prefix = format!("nb{}", self.next_prefix.fetch_add(1, Ordering::Relaxed));
+        let result = measure(self, system, cell, &prefix).await;
+        if cell.kind == Kind::Js {
+            let _ = self.admin.delete_stream(prefix.to_ascii_uppercase()).await;
+        }
+        result
     }
-    result
+
+    /// A JetStream round cut by a pull stall (see nats.md) is run again, at most
+    /// `MAX_STALL_RETRIES` times per cell.
+    fn rerun(&self, error: &str, reruns: usize) -> bool {
+        error.starts_with(STALL) && reruns < MAX_STALL_RETRIES
+    }
 }
 
 async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<Sample, String> {
-    let mut rx = receiver(ctx, system.recv, cell, prefix).await?;
+    let rx = receiver(ctx, system.recv, cell, prefix).await?;
     let tx = match sender(ctx, system.send, cell, prefix).await {
         Ok(tx) => tx,
         Err(e) => {
@@ -865,129 +644,24 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
             return Err(e);
         }
     };
-    let server = ctx.server_pid.map(|p| p.to_string()).unwrap_or_default();
-    let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
-    let start = Instant::now();
-    let measured = match tx.start(ctx, system.send, cell, prefix) {
-        Ok(task) => match rx.wait(cell).await {
-            Ok(received) => tx.wait(task, cell, received).await,
-            Err(e) => {
-                task.abort();
-                Err(e)
-            }
-        },
-        Err(e) => Err(e),
-    };
-    let end = match measured {
-        Ok(end) => end,
-        Err(e) => {
-            tx.abandon().await;
-            rx.abandon().await;
-            return Err(e);
-        }
-    };
-    let (client1, server1, machine1) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
-    let sent = tx.finish(cell).await;
-    let received = rx.finish(cell).await;
-    sent?;
-    received?;
+    let sample = links::measure(rx, tx, cell, ctx.server_pid, |tx| {
+        tx.start(ctx, system.send, cell, prefix)
+    })
+    .await?;
     if cell.kind == Kind::Js {
         verify_stream(ctx, prefix, cell.messages).await?;
     }
-    let (client_cpu_ns, server_cpu_ns) = (
-        client1.saturating_sub(client0),
-        server1.saturating_sub(server0),
-    );
-    Ok(Sample {
-        secs: (end - start).as_secs_f64(),
-        client_cpu_ns,
-        server_cpu_ns,
-        foreign: machine0.foreign_since(&machine1, server_cpu_ns).0,
-    })
+    Ok(sample)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Statistics and the report
 // ---------------------------------------------------------------------------------------------
 
-fn spread(v: &[f64]) -> (f64, f64, f64) {
-    (median(v), min(v), max(v))
-}
-
-fn fmt_rate(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.0}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
-    }
-}
-
-fn fmt_spread((m, lo, hi): (f64, f64, f64), f: impl Fn(f64) -> String) -> String {
-    format!("{} [{}–{}]", f(m), f(lo), f(hi))
-}
-
-/// The figures of one cell: per system, its rounds in run order.
-struct CellResult {
-    cell: Cell,
-    systems: Vec<(System, Vec<Sample>)>,
-    failed: Option<String>,
-    /// Rounds cut by a JetStream pull stall and run again.
-    stalls: Vec<String>,
-}
-
-impl CellResult {
-    fn rates(&self, name: &str) -> Vec<f64> {
-        self.systems
-            .iter()
-            .find(|(s, _)| s.name == name)
-            .map(|(_, v)| {
-                v.iter()
-                    .map(|s| self.cell.messages as f64 / s.secs)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Per round: `name`'s rate over raw's rate in the same round.
-    fn ratios(&self, name: &str) -> Vec<f64> {
-        let (a, raw) = (self.rates(name), self.rates("raw"));
-        a.iter().zip(&raw).map(|(a, r)| a / r).collect()
-    }
-
-    fn cpu_us_per_msg(&self, name: &str, server: bool) -> Vec<f64> {
-        self.systems
-            .iter()
-            .find(|(s, _)| s.name == name)
-            .map(|(_, v)| {
-                v.iter()
-                    .map(|s| {
-                        let ns = if server {
-                            s.server_cpu_ns
-                        } else {
-                            s.client_cpu_ns
-                        };
-                        ns as f64 / 1e3 / self.cell.messages as f64
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-fn triple_json((m, lo, hi): (f64, f64, f64), round_to: impl Fn(f64) -> f64) -> Value {
-    json!({"median": round_to(m), "min": round_to(lo), "max": round_to(hi)})
-}
-
-fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
 /// The goal verdicts. Core: the per-round ratios link/raw reach parity (their range holds
 /// 1.0, or lies above it), so the cost is within what the rounds scatter. JetStream: the
 /// median per-round ratio is at least 0.90.
-fn goals(results: &[CellResult]) -> (Value, String) {
+fn goals(results: &[CellResult<Cell>]) -> (Value, String) {
     let mut core_met = true;
     let mut js_met = true;
     let mut lines = String::new();
@@ -1045,70 +719,6 @@ fn goals(results: &[CellResult]) -> (Value, String) {
     (verdict, lines)
 }
 
-fn table(results: &[CellResult], names: &[&str]) -> String {
-    let mut t = String::new();
-    let _ = write!(t, "| mode | payload (body on the wire) | messages/round |");
-    for n in names {
-        let _ = write!(t, " {n} msgs/s |");
-    }
-    for n in names.iter().filter(|n| **n != "raw") {
-        let _ = write!(t, " {n}/raw |");
-    }
-    let _ = writeln!(t);
-    let cols = 3 + names.len() * 2 - 1;
-    let _ = writeln!(t, "|{}", "---|".repeat(cols));
-    for r in results {
-        let _ = write!(
-            t,
-            "| {} | {} B ({} B) | {} |",
-            r.cell.kind.name(),
-            r.cell.size,
-            r.cell.size + 2,
-            r.cell.messages
-        );
-        if let Some(why) = &r.failed {
-            let _ = writeln!(t, " failed: {why} |");
-            continue;
-        }
-        for n in names {
-            let _ = write!(t, " {} |", fmt_spread(spread(&r.rates(n)), fmt_rate));
-        }
-        for n in names.iter().filter(|n| **n != "raw") {
-            let _ = write!(
-                t,
-                " {} |",
-                fmt_spread(spread(&r.ratios(n)), |x| format!("{x:.2}"))
-            );
-        }
-        let _ = writeln!(t);
-    }
-    let _ = writeln!(
-        t,
-        "\nCPU per message, µs (median [min–max] of the rounds): this process (publisher, \
-         receiver and both clients) / the nats-server process.\n"
-    );
-    let _ = write!(t, "| mode | payload |");
-    for n in names {
-        let _ = write!(t, " {n} client | {n} server |");
-    }
-    let _ = writeln!(t);
-    let _ = writeln!(t, "|{}", "---|".repeat(2 + names.len() * 2));
-    for r in results.iter().filter(|r| r.failed.is_none()) {
-        let _ = write!(t, "| {} | {} B |", r.cell.kind.name(), r.cell.size);
-        for n in names {
-            let us = |x: f64| format!("{x:.2}");
-            let _ = write!(
-                t,
-                " {} | {} |",
-                fmt_spread(spread(&r.cpu_us_per_msg(n, false)), us),
-                fmt_spread(spread(&r.cpu_us_per_msg(n, true)), us)
-            );
-        }
-        let _ = writeln!(t);
-    }
-    t
-}
-
 /// What the figures were measured on, with the nats-server's version.
 fn machine() -> Value {
     let server_bin = std::env::var("NATS_SERVER_BIN")
@@ -1134,68 +744,6 @@ fn machine() -> Value {
     machine
 }
 
-fn figures_json(results: &[CellResult]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for r in results.iter().filter(|r| r.failed.is_none()) {
-        for (system, samples) in &r.systems {
-            let rates = r.rates(system.name);
-            let mut f = json!({
-                "mode": r.cell.kind.name(),
-                "payload_bytes": r.cell.size,
-                "body_bytes_on_wire": r.cell.size + 2,
-                "messages_per_round": r.cell.messages,
-                "system": system.name,
-                "unit": "messages per second",
-                "median": sig3(median(&rates)),
-                "min": sig3(min(&rates)),
-                "max": sig3(max(&rates)),
-                "rounds": rates.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
-                "lost": 0,
-                "foreign_cpu_share_max": r3(samples.iter().map(|s| s.foreign).fold(0.0, f64::max)),
-                "client_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, false)), r3),
-                "server_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, true)), r3),
-            });
-            if system.name != "raw" {
-                f["ratio_to_raw"] = triple_json(spread(&r.ratios(system.name)), r3);
-            }
-            out.push(f);
-        }
-    }
-    out
-}
-
-/// Replaces the text between the table markers of `nats.md`, if it has them.
-fn update_page(path: &std::path::Path, table: &str) -> Result<bool, String> {
-    const START: &str = "<!-- nats-bench:table -->";
-    const END: &str = "<!-- /nats-bench:table -->";
-    let page = match std::fs::read_to_string(path) {
-        Ok(p) => p,
-        Err(_) => return Ok(false),
-    };
-    let (Some(a), Some(b)) = (page.find(START), page.find(END)) else {
-        return Ok(false);
-    };
-    if b < a {
-        return Ok(false);
-    }
-    let updated = format!("{}{START}\n{table}{}", &page[..a], &page[b..]);
-    std::fs::write(path, updated).or_fail("write nats.md")?;
-    Ok(true)
-}
-
-/// Sets the top-level `nats` key of `results.json`, keeping every other key as it is.
-fn write_results(path: &std::path::Path, nats: Value) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).or_fail("read results.json")?;
-    let mut results: Value = serde_json::from_str(&text).or_fail("parse results.json")?;
-    let Some(map) = results.as_object_mut() else {
-        return Err("results.json is not an object".into());
-    };
-    map.insert("nats".into(), nats);
-    let mut body = serde_json::to_string_pretty(&results).or_fail("serialise")?;
-    body.push('\n');
-    std::fs::write(path, body).or_fail("write results.json")
-}
-
 // ---------------------------------------------------------------------------------------------
 // Main
 // ---------------------------------------------------------------------------------------------
@@ -1212,39 +760,21 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let quick = args.iter().any(|a| a == "quick");
-    let diag = args.iter().any(|a| a == "diag");
-    let value = |key: &str| {
-        args.iter()
-            .find_map(|a| a.strip_prefix(key)?.strip_prefix('='))
-            .map(str::to_string)
-    };
-    let num = |key: &str, default: u64| -> u64 {
-        value(key)
-            .map(|v| {
-                v.parse()
-                    .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
-            })
-            .unwrap_or(default)
-    };
-    let only = match value("only").as_deref() {
+    let args = links::Args::parse();
+    let quick = args.flag("quick");
+    let only = match args.value("only").as_deref() {
         None => None,
         Some("core") => Some(Kind::Core),
         Some("js" | "jetstream") => Some(Kind::Js),
         Some(v) => panic!("only={v}: core or js"),
     };
-    let systems = value("systems").map(|v| v.split(',').map(str::to_string).collect());
     Options {
-        systems,
+        systems: args.systems(),
         quick,
-        diag,
-        rounds: num("rounds", if quick { 3 } else { 9 }) as usize,
-        core: num("core", if quick { 50_000 } else { 300_000 }),
-        js: num("js", if quick { 5_000 } else { 60_000 }),
+        diag: args.flag("diag"),
+        rounds: args.num("rounds", if quick { 3 } else { 9 }) as usize,
+        core: args.num("core", if quick { 50_000 } else { 300_000 }),
+        js: args.num("js", if quick { 5_000 } else { 60_000 }),
         only,
     }
 }
@@ -1274,7 +804,8 @@ fn bench() -> i32 {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let results = rt.block_on(run(&o, &server));
+    let systems = links::systems(o.diag, o.systems.as_deref());
+    let results = rt.block_on(run(&o, &server, &systems));
     let duration = started.elapsed();
     // What the server warned about (slow consumers, for instance).
     for line in read(&server.log_path().to_string_lossy())
@@ -1287,15 +818,7 @@ fn bench() -> i32 {
     let load_end = loadavg();
     drop(rt);
 
-    let names: Vec<&str> = match &o.systems {
-        Some(only) => ["raw", "link", "bus", "export-only", "import-only"]
-            .into_iter()
-            .filter(|n| only.iter().any(|o| o == n))
-            .collect(),
-        None if o.diag => vec!["raw", "link", "bus", "export-only", "import-only"],
-        None => vec!["raw", "link", "bus"],
-    };
-    let table = table(&results, &names);
+    let table = links::table(&results, &links::names(&systems), "nats-server");
     let (verdict, lines) = goals(&results);
     println!("\n{table}\nGoals:\n{lines}");
     println!(
@@ -1312,7 +835,6 @@ fn bench() -> i32 {
         println!("(quick, diag or partial run: results.json and nats.md left unchanged)");
         return 0;
     }
-    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
     let nats = json!({
         "about": "ringbus-nats beside the raw async-nats client: messages per second end to end \
                   (first publish to last message received; JetStream: and every publish and \
@@ -1331,15 +853,12 @@ fn bench() -> i32 {
             "rounds_rerun_after_pull_stall": results
                 .iter()
                 .flat_map(|r| {
-                    r.stalls
+                    r.reruns
                         .iter()
                         .map(move |s| format!("{} {} B: {s}", r.cell.kind.name(), r.cell.size))
                 })
                 .collect::<Vec<_>>(),
-            "foreign_cpu_share_max_round": r3(results
-                .iter()
-                .flat_map(|r| r.systems.iter().flat_map(|(_, v)| v.iter().map(|s| s.foreign)))
-                .fold(0.0, f64::max)),
+            "foreign_cpu_share_max_round": links::foreign_max(&results),
             "load_average_start": load_start,
             "load_average_end": load_end,
             "settings": {
@@ -1351,28 +870,13 @@ fn bench() -> i32 {
                 "bus_capacity": 1024,
             },
         },
-        "figures": figures_json(&results),
+        "figures": links::figures_json(&results),
         "goals": verdict,
     });
-    match write_results(&docs.join("results.json"), nats) {
-        Ok(()) => println!("wrote the \"nats\" key of docs/benchmarks/results.json"),
-        Err(e) => {
-            eprintln!("{e}");
-            return 1;
-        }
-    }
-    match update_page(&docs.join("nats.md"), &table) {
-        Ok(true) => println!("updated the table in docs/benchmarks/nats.md"),
-        Ok(false) => println!("docs/benchmarks/nats.md has no table markers: paste the table"),
-        Err(e) => {
-            eprintln!("{e}");
-            return 1;
-        }
-    }
-    0
+    i32::from(!links::publish("nats", nats, &table))
 }
 
-async fn run(o: &Options, server: &NatsServer) -> Vec<CellResult> {
+async fn run(o: &Options, server: &NatsServer, systems: &[System]) -> Vec<CellResult<Cell>> {
     let url = server.url();
     let admin = async_nats::connect(url.as_str())
         .await
@@ -1383,18 +887,6 @@ async fn run(o: &Options, server: &NatsServer) -> Vec<CellResult> {
         server_pid: server.pid(),
         tag: format!("{:016x}", (u64::from(std::process::id()) << 32) | 0xbe4c),
         next_prefix: AtomicU64::new(1),
-    };
-    let systems: Vec<System> = if o.diag {
-        vec![RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY]
-    } else {
-        vec![RAW, LINK, BUS]
-    };
-    let systems: Vec<System> = match &o.systems {
-        Some(only) => [RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY]
-            .into_iter()
-            .filter(|s| only.iter().any(|n| n == s.name))
-            .collect(),
-        None => systems,
     };
     let mut cells = Vec::new();
     for kind in [Kind::Core, Kind::Js] {
@@ -1410,64 +902,5 @@ async fn run(o: &Options, server: &NatsServer) -> Vec<CellResult> {
             });
         }
     }
-    let mut results = Vec::new();
-    for cell in cells {
-        let mut result = CellResult {
-            cell,
-            systems: systems.iter().map(|s| (*s, Vec::new())).collect(),
-            failed: None,
-            stalls: Vec::new(),
-        };
-        println!(
-            "{} {} B, {} messages per round:",
-            cell.kind.name(),
-            cell.size,
-            cell.messages
-        );
-        let warmup = usize::from(!o.quick);
-        'rounds: for r in 0..warmup + o.rounds {
-            let mut line = format!("  round {r}{}:", if r < warmup { " (warm-up)" } else { "" });
-            for (i, system) in systems.iter().enumerate() {
-                let mut outcome = round(&ctx, *system, cell).await;
-                while let Err(e) = &outcome {
-                    if !e.starts_with(STALL) || result.stalls.len() >= MAX_STALL_RETRIES {
-                        break;
-                    }
-                    eprintln!("  ({} round {r} run again: {e})", system.name);
-                    result
-                        .stalls
-                        .push(format!("{} round {r}: {e}", system.name));
-                    outcome = round(&ctx, *system, cell).await;
-                }
-                match outcome {
-                    Ok(sample) => {
-                        let _ = write!(
-                            line,
-                            " {} {}{}",
-                            system.name,
-                            fmt_rate(cell.messages as f64 / sample.secs),
-                            if sample.foreign > 0.05 {
-                                format!(" (other processes {:.0}% CPU)", sample.foreign * 100.0)
-                            } else {
-                                String::new()
-                            }
-                        );
-                        if r >= warmup {
-                            result.systems[i].1.push(sample);
-                        }
-                    }
-                    Err(e) => {
-                        println!("{line}");
-                        let why = format!("{} round {r}: {e}", system.name);
-                        eprintln!("  ABORTED {} {} B: {why}", cell.kind.name(), cell.size);
-                        result.failed = Some(why);
-                        break 'rounds;
-                    }
-                }
-            }
-            println!("{line}");
-        }
-        results.push(result);
-    }
-    results
+    links::run_cells(&ctx, &cells, systems, o.rounds, o.quick).await
 }

@@ -1,0 +1,795 @@
+//! What the link benches (`nats.rs`, `redis.rs`) share: the message and the counting
+//! handlers, the three systems and the two half links, the interleaved rounds of a cell, the
+//! statistics of their samples, the table and the JSON figures, and the writing of a bench's
+//! key of `results.json` and the table of its page. Included by both as
+//! `#[path = "common/links.rs"] mod links;`, beside `common/mod.rs` (not a bench target of its
+//! own). Each bench brings its engine's wiring: its cells, its round ([`LinkBench`]) and its
+//! goals.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use ringbus::{subscriber, Bus, State, Subscription};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::common::{max, median, min, sig3, CpuTicks};
+
+/// How long a round may take before it counts as failed.
+pub(crate) const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// The message and the counting handlers
+// ---------------------------------------------------------------------------------------------
+
+/// The payload: a string of the cell's size; JSON makes it a body two bytes longer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Payload {
+    pub(crate) body: String,
+}
+
+/// The body a payload of `size` bytes has on the wire is its JSON string: this text in quotes.
+pub(crate) fn payload_text(size: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    (0..size)
+        .map(|i| char::from(ALPHABET[(i * 7 + i / 13) % ALPHABET.len()]))
+        .collect()
+}
+
+/// Counts what a receiver got and notes when the last one arrived.
+#[derive(Clone)]
+pub(crate) struct Tally(Arc<TallyInner>);
+
+struct TallyInner {
+    expected: u64,
+    /// The length every body must have.
+    size: usize,
+    seen: AtomicU64,
+    bad: AtomicU64,
+    done_at: OnceLock<Instant>,
+    done: Notify,
+}
+
+impl Tally {
+    pub(crate) fn new(expected: u64, size: usize) -> Self {
+        Self(Arc::new(TallyInner {
+            expected,
+            size,
+            seen: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+            done_at: OnceLock::new(),
+            done: Notify::new(),
+        }))
+    }
+
+    /// Counts one message of `len` bytes; true for the last one expected.
+    pub(crate) fn record(&self, len: usize) -> bool {
+        let t = &self.0;
+        if len != t.size {
+            t.bad.fetch_add(1, Ordering::Relaxed);
+        }
+        if t.seen.fetch_add(1, Ordering::AcqRel) + 1 == t.expected {
+            let _ = t.done_at.set(Instant::now());
+            t.done.notify_one();
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn seen(&self) -> u64 {
+        self.0.seen.load(Ordering::Acquire)
+    }
+
+    /// When the last expected message arrived; or why not: `lost` said messages were lost
+    /// (checked every 100 ms), or the timeout passed.
+    pub(crate) async fn wait(&self, lost: impl Fn() -> Option<String>) -> Result<Instant, String> {
+        let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
+        let done = self.0.done.notified();
+        let mut done = std::pin::pin!(done);
+        loop {
+            match tokio::time::timeout(Duration::from_millis(100), done.as_mut()).await {
+                Ok(()) => break,
+                Err(_) => {
+                    if let Some(why) = lost() {
+                        return Err(format!(
+                            "{why}; {} of {} arrived",
+                            self.seen(),
+                            self.0.expected
+                        ));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!(
+                            "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
+                            self.seen(),
+                            self.0.expected
+                        ));
+                    }
+                }
+            }
+        }
+        self.0
+            .done_at
+            .get()
+            .copied()
+            .ok_or_else(|| "notified before the last message".to_string())
+    }
+
+    /// Every message arrived exactly once with its full body.
+    pub(crate) fn verify(&self) -> Result<(), String> {
+        let (seen, bad) = (self.seen(), self.0.bad.load(Ordering::Relaxed));
+        if seen != self.0.expected || bad != 0 {
+            return Err(format!(
+                "received {seen} of {} messages ({bad} with a wrong body)",
+                self.0.expected
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The full bus's handler: an `async fn(&Msg)` with shared state, registered with
+/// `bus.register(count)`.
+#[subscriber("bench")]
+pub(crate) async fn count(msg: &Payload, tally: State<Tally>) {
+    tally.record(msg.body.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------------------------
+
+/// The bench's own arguments (`quick`, `diag`, `key=value`), without cargo's `--bench`.
+pub(crate) struct Args(Vec<String>);
+
+impl Args {
+    pub(crate) fn parse() -> Self {
+        Self(
+            std::env::args()
+                .skip(1)
+                .filter(|a| !a.starts_with("--"))
+                .collect(),
+        )
+    }
+
+    /// Whether the word `name` was given.
+    pub(crate) fn flag(&self, name: &str) -> bool {
+        self.0.iter().any(|a| a == name)
+    }
+
+    /// The value of `key=value`.
+    pub(crate) fn value(&self, key: &str) -> Option<String> {
+        self.0
+            .iter()
+            .find_map(|a| a.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    }
+
+    /// The number of `key=N`, or `default`.
+    ///
+    /// # Panics
+    ///
+    /// If the value is not a number.
+    pub(crate) fn num(&self, key: &str, default: u64) -> u64 {
+        self.value(key)
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
+            })
+            .unwrap_or(default)
+    }
+
+    /// The systems named by `systems=a,b` (profiling some of them).
+    pub(crate) fn systems(&self) -> Option<Vec<String>> {
+        self.value("systems")
+            .map(|v| v.split(',').map(str::to_string).collect())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Systems, samples, rounds
+// ---------------------------------------------------------------------------------------------
+
+/// One side of a round: the raw client, the link on a thin bus, or the link on a bus used as
+/// an application uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Raw,
+    Link,
+    Bus,
+}
+
+/// A system: who sends and who receives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct System {
+    pub(crate) name: &'static str,
+    pub(crate) send: Side,
+    pub(crate) recv: Side,
+}
+
+pub(crate) const RAW: System = System {
+    name: "raw",
+    send: Side::Raw,
+    recv: Side::Raw,
+};
+pub(crate) const LINK: System = System {
+    name: "link",
+    send: Side::Link,
+    recv: Side::Link,
+};
+pub(crate) const BUS: System = System {
+    name: "bus",
+    send: Side::Bus,
+    recv: Side::Bus,
+};
+/// Diagnostics: the link on one side only.
+pub(crate) const EXPORT_ONLY: System = System {
+    name: "export-only",
+    send: Side::Link,
+    recv: Side::Raw,
+};
+pub(crate) const IMPORT_ONLY: System = System {
+    name: "import-only",
+    send: Side::Raw,
+    recv: Side::Link,
+};
+
+/// The systems of a run: the three, with `diag` also the half links, or those named in
+/// `only` (profiling one of them).
+pub(crate) fn systems(diag: bool, only: Option<&[String]>) -> Vec<System> {
+    let all = [RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY];
+    match only {
+        Some(only) => all
+            .into_iter()
+            .filter(|s| only.iter().any(|n| n == s.name))
+            .collect(),
+        None if diag => all.to_vec(),
+        None => vec![RAW, LINK, BUS],
+    }
+}
+
+/// What one round measured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sample {
+    pub(crate) secs: f64,
+    pub(crate) client_cpu_ns: u64,
+    pub(crate) server_cpu_ns: u64,
+    /// Share of the machine's CPU time used by other processes (not this one, not the
+    /// server, not stolen by the hypervisor) during the round.
+    pub(crate) foreign: f64,
+}
+
+pub(crate) trait OrFail<T> {
+    fn or_fail(self, what: &str) -> Result<T, String>;
+}
+
+impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+/// Polls `done` every millisecond; returns `since` if it already holds.
+pub(crate) async fn poll_until(
+    since: Instant,
+    what: &str,
+    done: impl Fn() -> bool,
+) -> Result<Instant, String> {
+    if done() {
+        return Ok(since);
+    }
+    let deadline = Instant::now() + ROUND_TIMEOUT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if done() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what} within {ROUND_TIMEOUT:?}"));
+        }
+    }
+}
+
+/// CPU time of every thread of process `pid` (nanoseconds, from `schedstat`).
+pub(crate) fn cpu_ns(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The publishing loop of one round: when it has published everything it returns, with the
+/// time its last publish was confirmed if it awaits the confirmations itself.
+pub(crate) type Publishing = JoinHandle<Result<Option<Instant>, String>>;
+
+/// The receiving side of a round (a raw client, or a link into a bus).
+pub(crate) trait RoundReceiver: Sized {
+    type Cell;
+
+    /// When the last message was received (and acknowledged, where the mode acknowledges).
+    async fn wait(&mut self, cell: Self::Cell) -> Result<Instant, String>;
+
+    /// Checks the counts, then closes.
+    async fn finish(self, cell: Self::Cell) -> Result<(), String>;
+
+    /// Tears down a round that failed, without checking anything.
+    async fn abandon(self);
+}
+
+/// The publishing side of a round.
+pub(crate) trait RoundSender: Sized {
+    type Cell;
+
+    /// When every publish was done (and confirmed, where the mode confirms), given the
+    /// publishing loop and when the receiver was done; `since` if already.
+    async fn wait(
+        &self,
+        task: Publishing,
+        cell: Self::Cell,
+        since: Instant,
+    ) -> Result<Instant, String>;
+
+    /// Checks the counts, then closes.
+    async fn finish(self, cell: Self::Cell) -> Result<(), String>;
+
+    /// Tears down a round that failed, without checking anything.
+    async fn abandon(self);
+}
+
+/// A bus counted by `tally`: its only subscriber to `bench` is a closure (`Side::Link`: the
+/// bus as thin as the link's API allows) or the `#[subscriber]` `count` (`Side::Bus`: as an
+/// application writes it).
+pub(crate) fn counting_bus(side: Side, tally: &Tally) -> Result<(Bus, Subscription), String> {
+    let bus = Bus::builder().state(tally.clone()).build();
+    let subscription = if side == Side::Link {
+        let counted = tally.clone();
+        bus.subscribe("bench", move |p: &Payload| {
+            counted.record(p.body.len());
+            std::future::ready(())
+        })
+    } else {
+        bus.register(count)
+    }
+    .or_fail("subscribe")?;
+    Ok((bus, subscription))
+}
+
+/// Publishes `n` payloads of `text` into `bus`'s topic `bench`: through a resolved topic
+/// handle (`Side::Link`) or by name (`Side::Bus`).
+pub(crate) fn publish_into(
+    bus: &Bus,
+    side: Side,
+    text: String,
+    n: u64,
+) -> Result<Publishing, String> {
+    let bus = bus.clone();
+    Ok(if side == Side::Link {
+        let topic = bus.topic::<Payload>("bench").or_fail("topic")?;
+        tokio::spawn(async move {
+            for _ in 0..n {
+                let msg = Payload { body: text.clone() };
+                topic.publish(msg).await.or_fail("publish")?;
+            }
+            Ok(None)
+        })
+    } else {
+        tokio::spawn(async move {
+            for _ in 0..n {
+                let msg = Payload { body: text.clone() };
+                bus.publish("bench", msg).await.or_fail("publish")?;
+            }
+            Ok(None)
+        })
+    })
+}
+
+/// Waits for the publishing loop: what it returned.
+pub(crate) async fn published(task: Publishing) -> Result<Option<Instant>, String> {
+    match tokio::time::timeout(ROUND_TIMEOUT, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(format!("publisher panicked: {e}")),
+        Err(_) => Err("the publisher did not finish".to_string()),
+    }
+}
+
+/// Times one round, from `start` (which spawns the publishing loop) until `rx` and `tx` are
+/// done, with the CPU time this process and the server (`server_pid`) spent meanwhile; then
+/// checks and closes both sides (untimed). A failure tears both down.
+pub(crate) async fn measure<C, R, S>(
+    mut rx: R,
+    tx: S,
+    cell: C,
+    server_pid: Option<u32>,
+    start: impl FnOnce(&S) -> Result<Publishing, String>,
+) -> Result<Sample, String>
+where
+    C: Copy,
+    R: RoundReceiver<Cell = C>,
+    S: RoundSender<Cell = C>,
+{
+    let server = server_pid.map(|p| p.to_string()).unwrap_or_default();
+    let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
+    let begun = Instant::now();
+    let measured = match start(&tx) {
+        Ok(task) => match rx.wait(cell).await {
+            Ok(received) => tx.wait(task, cell, received).await,
+            Err(e) => {
+                task.abort();
+                Err(e)
+            }
+        },
+        Err(e) => Err(e),
+    };
+    let end = match measured {
+        Ok(end) => end,
+        Err(e) => {
+            tx.abandon().await;
+            rx.abandon().await;
+            return Err(e);
+        }
+    };
+    let (client1, server1, machine1) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
+    let sent = tx.finish(cell).await;
+    let received = rx.finish(cell).await;
+    sent?;
+    received?;
+    let (client_cpu_ns, server_cpu_ns) = (
+        client1.saturating_sub(client0),
+        server1.saturating_sub(server0),
+    );
+    Ok(Sample {
+        secs: (end - begun).as_secs_f64(),
+        client_cpu_ns,
+        server_cpu_ns,
+        foreign: machine0.foreign_since(&machine1, server_cpu_ns).0,
+    })
+}
+
+/// A cell of a link bench: a mode of the engine, a payload size, messages per round.
+pub(crate) trait Cell: Copy {
+    /// The mode's name (`core`, `jetstream`, `streams`).
+    fn mode(&self) -> &'static str;
+    /// The payload's size in bytes (its body on the wire is 2 bytes longer).
+    fn size(&self) -> usize;
+    fn messages(&self) -> u64;
+}
+
+/// An engine's rounds.
+pub(crate) trait LinkBench {
+    type Cell: Cell;
+
+    /// Runs `system` once over `cell`.
+    async fn round(&self, system: System, cell: Self::Cell) -> Result<Sample, String>;
+
+    /// Whether a round that failed with `error` is run again (and listed) rather than
+    /// aborting its cell, `reruns` rounds of the cell having been run again already.
+    fn rerun(&self, error: &str, reruns: usize) -> bool {
+        let _ = (error, reruns);
+        false
+    }
+}
+
+/// Runs every cell: in each, one warm-up round per system (none when `quick`), then `rounds`
+/// rounds of every system in turn (`raw link bus raw link bus ...`).
+pub(crate) async fn run_cells<B: LinkBench>(
+    bench: &B,
+    cells: &[B::Cell],
+    systems: &[System],
+    rounds: usize,
+    quick: bool,
+) -> Vec<CellResult<B::Cell>> {
+    let mut results = Vec::new();
+    for &cell in cells {
+        let mut result = CellResult {
+            cell,
+            systems: systems.iter().map(|s| (*s, Vec::new())).collect(),
+            failed: None,
+            reruns: Vec::new(),
+        };
+        println!(
+            "{} {} B, {} messages per round:",
+            cell.mode(),
+            cell.size(),
+            cell.messages()
+        );
+        let warmup = usize::from(!quick);
+        'rounds: for r in 0..warmup + rounds {
+            let mut line = format!("  round {r}{}:", if r < warmup { " (warm-up)" } else { "" });
+            for (i, system) in systems.iter().enumerate() {
+                let mut outcome = bench.round(*system, cell).await;
+                while let Err(e) = &outcome {
+                    if !bench.rerun(e, result.reruns.len()) {
+                        break;
+                    }
+                    eprintln!("  ({} round {r} run again: {e})", system.name);
+                    result
+                        .reruns
+                        .push(format!("{} round {r}: {e}", system.name));
+                    outcome = bench.round(*system, cell).await;
+                }
+                match outcome {
+                    Ok(sample) => {
+                        let _ = write!(
+                            line,
+                            " {} {}{}",
+                            system.name,
+                            fmt_rate(cell.messages() as f64 / sample.secs),
+                            if sample.foreign > 0.05 {
+                                format!(" (other processes {:.0}% CPU)", sample.foreign * 100.0)
+                            } else {
+                                String::new()
+                            }
+                        );
+                        if r >= warmup {
+                            result.systems[i].1.push(sample);
+                        }
+                    }
+                    Err(e) => {
+                        println!("{line}");
+                        let why = format!("{} round {r}: {e}", system.name);
+                        eprintln!("  ABORTED {} {} B: {why}", cell.mode(), cell.size());
+                        result.failed = Some(why);
+                        break 'rounds;
+                    }
+                }
+            }
+            println!("{line}");
+        }
+        results.push(result);
+    }
+    results
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and the report
+// ---------------------------------------------------------------------------------------------
+
+pub(crate) fn spread(v: &[f64]) -> (f64, f64, f64) {
+    (median(v), min(v), max(v))
+}
+
+pub(crate) fn fmt_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.0}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+pub(crate) fn fmt_spread((m, lo, hi): (f64, f64, f64), f: impl Fn(f64) -> String) -> String {
+    format!("{} [{}–{}]", f(m), f(lo), f(hi))
+}
+
+/// The figures of one cell: per system, its rounds in run order.
+pub(crate) struct CellResult<C> {
+    pub(crate) cell: C,
+    pub(crate) systems: Vec<(System, Vec<Sample>)>,
+    pub(crate) failed: Option<String>,
+    /// Rounds that failed and were run again (see [`LinkBench::rerun`]).
+    pub(crate) reruns: Vec<String>,
+}
+
+impl<C: Cell> CellResult<C> {
+    pub(crate) fn rates(&self, name: &str) -> Vec<f64> {
+        self.systems
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| {
+                v.iter()
+                    .map(|s| self.cell.messages() as f64 / s.secs)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Per round: `name`'s rate over raw's rate in the same round.
+    pub(crate) fn ratios(&self, name: &str) -> Vec<f64> {
+        let (a, raw) = (self.rates(name), self.rates("raw"));
+        a.iter().zip(&raw).map(|(a, r)| a / r).collect()
+    }
+
+    pub(crate) fn cpu_us_per_msg(&self, name: &str, server: bool) -> Vec<f64> {
+        self.systems
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| {
+                v.iter()
+                    .map(|s| {
+                        let ns = if server {
+                            s.server_cpu_ns
+                        } else {
+                            s.client_cpu_ns
+                        };
+                        ns as f64 / 1e3 / self.cell.messages() as f64
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The names of the systems that ran, in table order.
+pub(crate) fn names(systems: &[System]) -> Vec<&'static str> {
+    systems.iter().map(|s| s.name).collect()
+}
+
+pub(crate) fn triple_json((m, lo, hi): (f64, f64, f64), round_to: impl Fn(f64) -> f64) -> Value {
+    json!({"median": round_to(m), "min": round_to(lo), "max": round_to(hi)})
+}
+
+pub(crate) fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The largest share of the machine other processes used in any round.
+pub(crate) fn foreign_max<C>(results: &[CellResult<C>]) -> f64 {
+    r3(results
+        .iter()
+        .flat_map(|r| {
+            r.systems
+                .iter()
+                .flat_map(|(_, v)| v.iter().map(|s| s.foreign))
+        })
+        .fold(0.0, f64::max))
+}
+
+/// The rates and ratios table, then the CPU per message of this process and of `server`
+/// (`nats-server`, `redis-server`).
+pub(crate) fn table<C: Cell>(results: &[CellResult<C>], names: &[&str], server: &str) -> String {
+    let mut t = String::new();
+    let _ = write!(t, "| mode | payload (body on the wire) | messages/round |");
+    for n in names {
+        let _ = write!(t, " {n} msgs/s |");
+    }
+    for n in names.iter().filter(|n| **n != "raw") {
+        let _ = write!(t, " {n}/raw |");
+    }
+    let _ = writeln!(t);
+    let cols = 3 + names.len() * 2 - 1;
+    let _ = writeln!(t, "|{}", "---|".repeat(cols));
+    for r in results {
+        let _ = write!(
+            t,
+            "| {} | {} B ({} B) | {} |",
+            r.cell.mode(),
+            r.cell.size(),
+            r.cell.size() + 2,
+            r.cell.messages()
+        );
+        if let Some(why) = &r.failed {
+            let _ = writeln!(t, " failed: {why} |");
+            continue;
+        }
+        for n in names {
+            let _ = write!(t, " {} |", fmt_spread(spread(&r.rates(n)), fmt_rate));
+        }
+        for n in names.iter().filter(|n| **n != "raw") {
+            let _ = write!(
+                t,
+                " {} |",
+                fmt_spread(spread(&r.ratios(n)), |x| format!("{x:.2}"))
+            );
+        }
+        let _ = writeln!(t);
+    }
+    let _ = writeln!(
+        t,
+        "\nCPU per message, µs (median [min–max] of the rounds): this process (publisher, \
+         receiver and both clients) / the {server} process.\n"
+    );
+    let _ = write!(t, "| mode | payload |");
+    for n in names {
+        let _ = write!(t, " {n} client | {n} server |");
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(t, "|{}", "---|".repeat(2 + names.len() * 2));
+    for r in results.iter().filter(|r| r.failed.is_none()) {
+        let _ = write!(t, "| {} | {} B |", r.cell.mode(), r.cell.size());
+        for n in names {
+            let us = |x: f64| format!("{x:.2}");
+            let _ = write!(
+                t,
+                " {} | {} |",
+                fmt_spread(spread(&r.cpu_us_per_msg(n, false)), us),
+                fmt_spread(spread(&r.cpu_us_per_msg(n, true)), us)
+            );
+        }
+        let _ = writeln!(t);
+    }
+    t
+}
+
+/// Every system's figures of every cell that did not fail.
+pub(crate) fn figures_json<C: Cell>(results: &[CellResult<C>]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for r in results.iter().filter(|r| r.failed.is_none()) {
+        for (system, samples) in &r.systems {
+            let rates = r.rates(system.name);
+            let mut f = json!({
+                "mode": r.cell.mode(),
+                "payload_bytes": r.cell.size(),
+                "body_bytes_on_wire": r.cell.size() + 2,
+                "messages_per_round": r.cell.messages(),
+                "system": system.name,
+                "unit": "messages per second",
+                "median": sig3(median(&rates)),
+                "min": sig3(min(&rates)),
+                "max": sig3(max(&rates)),
+                "rounds": rates.iter().map(|x| sig3(*x)).collect::<Vec<_>>(),
+                "lost": 0,
+                "foreign_cpu_share_max": r3(samples.iter().map(|s| s.foreign).fold(0.0, f64::max)),
+                "client_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, false)), r3),
+                "server_cpu_us_per_msg": triple_json(spread(&r.cpu_us_per_msg(system.name, true)), r3),
+            });
+            if system.name != "raw" {
+                f["ratio_to_raw"] = triple_json(spread(&r.ratios(system.name)), r3);
+            }
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Writes `value` as the `key` key of `docs/benchmarks/results.json` and `table` between the
+/// markers of `docs/benchmarks/<key>.md`; false (said on stderr) if either failed.
+pub(crate) fn publish(key: &str, value: Value, table: &str) -> bool {
+    let docs = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/benchmarks"));
+    if let Err(e) = write_results(&docs.join("results.json"), key, value) {
+        eprintln!("{e}");
+        return false;
+    }
+    println!("wrote the \"{key}\" key of docs/benchmarks/results.json");
+    let page = format!("{key}.md");
+    match update_page(&docs.join(&page), &format!("{key}-bench"), table) {
+        Ok(true) => println!("updated the table in docs/benchmarks/{page}"),
+        Ok(false) => println!("docs/benchmarks/{page} has no table markers: paste the table"),
+        Err(e) => {
+            eprintln!("{e}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Replaces the text between the markers `<!-- {marker}:table -->` and
+/// `<!-- /{marker}:table -->` of the page at `path`, if it has them.
+fn update_page(path: &std::path::Path, marker: &str, table: &str) -> Result<bool, String> {
+    let start = format!("<!-- {marker}:table -->");
+    let end = format!("<!-- /{marker}:table -->");
+    let page = match std::fs::read_to_string(path) {
+        Ok(p) => p,
+        Err(_) => return Ok(false),
+    };
+    let (Some(a), Some(b)) = (page.find(&start), page.find(&end)) else {
+        return Ok(false);
+    };
+    if b < a {
+        return Ok(false);
+    }
+    let updated = format!("{}{start}\n{table}{}", &page[..a], &page[b..]);
+    std::fs::write(path, updated).or_fail("write the page")?;
+    Ok(true)
+}
+
+/// Sets the top-level `key` of `results.json`, keeping every other key as it is.
+fn write_results(path: &std::path::Path, key: &str, value: Value) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).or_fail("read results.json")?;
+    let mut results: Value = serde_json::from_str(&text).or_fail("parse results.json")?;
+    let Some(map) = results.as_object_mut() else {
+        return Err("results.json is not an object".into());
+    };
+    map.insert(key.into(), value);
+    let mut body = serde_json::to_string_pretty(&results).or_fail("serialise")?;
+    body.push('\n');
+    std::fs::write(path, body).or_fail("write results.json")
+}
