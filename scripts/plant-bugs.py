@@ -130,9 +130,8 @@ BUGS = [
            "memory::a_topic_linked_both_ways_does_not_echo_through_the_stand_in")),
     ("redis: XACK before every local handler finished",
      REDIS + "import.rs",
-     "        let outcome = delivery.wait().await;\n        settle(&import, &entry, outcome).await;\n",
-     "        ack(&import, &entry.id).await;\n"
-     "        let outcome = delivery.wait().await;\n        settle(&import, &entry, outcome).await;\n",
+     "            let outcome = match delivery.try_outcome() {\n",
+     "            let outcome = match delivery.try_outcome().or(Some(Default::default())) {\n",
      plain("ringbus-redis", "redis", "streams::the_ack_waits_for_every_local_handler")),
     ("redis: a dead consumer's messages are never claimed",
      REDIS + "import.rs",

@@ -126,22 +126,55 @@ impl Delivery {
             .tracker
             .state
             .progress
-            .wait_for(false, || {
-                let (mut done, mut gone) = (0, 0);
-                for sub in &self.subscribers {
-                    // Read before the position: once a task has ended, its position is final.
-                    let ended = sub.done.is_cancelled();
-                    if sub.position() > self.position {
-                        done += 1;
-                    } else if ended {
-                        gone += 1;
-                    } else {
-                        return None;
-                    }
-                }
-                Some((done, gone))
-            })
+            .wait_for(false, || self.counts())
             .await;
+        self.delivered(handled, missed)
+    }
+
+    /// How it went, if every subscriber present at the publish has handled the message or
+    /// ended without handling it by now; `None` if one still has it ahead. Never waits: for a
+    /// caller that settles a run of receipts together (say, with one acknowledgement) and
+    /// waits only on the first that is not done.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let bus = ringbus::Bus::new();
+    /// let _sub = bus.subscribe("t", async |_: &u64| {}).unwrap();
+    /// let topic = bus.topic::<u64>("t").unwrap();
+    /// let receipt = topic.publish_tracked(&ringbus::Context::new(), 1).await.unwrap();
+    /// assert_eq!(receipt.try_outcome(), None); // the subscriber has not run yet
+    /// bus.wait_idle().await;
+    /// assert!(receipt.try_outcome().is_some_and(|d| d.is_ok()));
+    /// # }
+    /// ```
+    pub fn try_outcome(&self) -> Option<Delivered> {
+        // The look `wait` makes first: a subscriber's count is read with Acquire (see
+        // `SubShared::position`), so `Some` means handled; right after the last subscriber
+        // finished it may still say `None`, and `wait` then returns at once.
+        let (handled, missed) = self.counts()?;
+        Some(self.delivered(handled, missed))
+    }
+
+    /// `(handled, missed)` once no subscriber present at the publish still has the message
+    /// ahead of it.
+    fn counts(&self) -> Option<(usize, usize)> {
+        let (mut done, mut gone) = (0, 0);
+        for sub in &self.subscribers {
+            // Read before the position: once a task has ended, its position is final.
+            let ended = sub.done.is_cancelled();
+            if sub.position() > self.position {
+                done += 1;
+            } else if ended {
+                gone += 1;
+            } else {
+                return None;
+            }
+        }
+        Some((done, gone))
+    }
+
+    fn delivered(&self, handled: usize, missed: usize) -> Delivered {
         let failed = self
             .tracker
             .failures()
