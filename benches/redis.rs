@@ -833,7 +833,7 @@ fn bench() -> i32 {
             "settings": {
                 "raw_xadd_window": XADD_WINDOW,
                 "raw_acks": "one XACK per batch read, sent without waiting; at most max_in_flight read and unacknowledged",
-                "link_acks": "one XACK per message, in order, awaited (the link's settler)",
+                "link_acks": "one XACK of every handled message due, when the settler would wait (the link's settler)",
                 "link_exports": "one XADD per message, awaited (the link's export handler)",
                 "read_batch": streams.read_batch,
                 "max_in_flight": streams.max_in_flight,
