@@ -1050,10 +1050,8 @@ impl Subscription {
         if CURRENT_SUBSCRIBER.try_with(|id| *id == self.sub.id) == Ok(true) {
             return;
         }
-        // Set when the task's state is dropped, however it ends (returns, panics, or is
-        // aborted by a bounded close), after its reader left the ring (see `Running`). Waiting
-        // for this rather than the task's `JoinHandle` spares every subscription the handle's
-        // upkeep (reading the task's output, dropping the handle after it ended).
+        // Only the task's own panic would make this an error, and the task catches handler
+        // panics; an abort (bus close with a deadline) is an end like any other.
         let _ = self.task.await;
     }
 }
