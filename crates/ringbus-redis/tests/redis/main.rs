@@ -6,7 +6,9 @@
 //! module with `cargo test -p ringbus-redis --test redis streams::`. The cases every link
 //! shares run in the shared suite, `cargo test -p ringbus-conformance`.
 //! Waits are bounded by deadlines that fail the test; none is a sleep standing in for an
-//! event.
+//! event. Where a test checks that something does *not* happen (an early ack), it gives the
+//! wrong behaviour [`ABSENT`] to show itself: that window can only make such a check pass
+//! when it should have failed, never the other way.
 
 mod send_sync;
 mod streams;
@@ -15,6 +17,18 @@ use std::time::Duration;
 
 /// The longest any test waits for an event.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+/// How long a test watches for an event that must not happen.
+pub(crate) const ABSENT: Duration = Duration::from_millis(1500);
+
+/// Polls `cond` for [`ABSENT`], failing the test as soon as it does not hold.
+pub(crate) async fn throughout(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = tokio::time::Instant::now() + ABSENT;
+    while tokio::time::Instant::now() < end {
+        assert!(cond(), "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 /// Polls `cond` until it holds, failing the test after `WAIT`.
 pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

@@ -13,7 +13,7 @@ use ringbus_redis::testing::RedisServer;
 use ringbus_redis::{Link, LinkError, StreamOptions};
 use tokio::sync::{mpsc, Notify};
 
-use crate::{eventually, WAIT};
+use crate::{eventually, throughout, WAIT};
 
 fn options() -> StreamOptions {
     StreamOptions {
@@ -144,7 +144,13 @@ async fn the_ack_waits_for_every_local_handler() {
             }
         })
         .unwrap();
-    let l = link(&server, &bus, options()).await;
+    // The handler is held longer than `options()`'s claim idle time: this link would claim
+    // its own message again (a handler must finish within `claim_idle`).
+    let held = StreamOptions {
+        claim_idle: Duration::from_secs(60),
+        ..options()
+    };
+    let l = link(&server, &bus, held).await;
     l.import::<u64>("t").await.unwrap();
     let mut conn = raw(&server).await;
     let fields: Vec<(&str, &[u8])> = vec![
@@ -160,6 +166,12 @@ async fn the_ack_waits_for_every_local_handler() {
         .await
         .unwrap();
     eventually("imported", || l.stats().imported == 1).await;
+    // The import's settler runs on its own task: give an early ack time to show itself (a
+    // check made at once missed it on a loaded machine).
+    throughout("no ack while the slow handler runs", || {
+        l.stats().acked == 0
+    })
+    .await;
     // The slow handler has not run: the message is pending, not acked.
     let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
         .arg("s:t")
