@@ -150,6 +150,12 @@ BUGS = [
      "                if is_connection_error(&e) || sent.elapsed()",
      plain("ringbus-conformance", "links",
            "cases::nothing_acknowledged_is_lost_across_a_server_kill_and_restart")),
+    ("redis: a message that cannot be encoded drops the rest of its export batch",
+     REDIS + "export.rs",
+     "                Err(e) => self.failed(&mut first_error, None, e),\n",
+     "                Err(e) => {\n                    self.failed(&mut first_error, None, e);\n"
+     "                    return first_error.map_or(Ok(()), Err);\n                }\n",
+     plain("ringbus-redis", "redis", "streams::a_message_that_cannot_be_exported_costs_only_itself")),
     ("bus lock: a cancelled waiter does not pass its turn on",
      BUS + "lock.rs",
      "            self.lock.wake_next();\n",

@@ -10,7 +10,7 @@
 //! | | Redis Streams |
 //! |---|---|
 //! | delivery | at least once: handlers must be idempotent |
-//! | export | `XADD` awaited per message, in the topic's order; re-sent after a lost connection for up to `publish_retry_for`; streams trimmed to about `max_len` entries |
+//! | export | what is queued for the export goes as one pipeline of `XADD`s (one round trip per batch, not per message), in the topic's order; a message that cannot be sent costs only itself; re-sent after a lost connection for up to `publish_retry_for`; streams trimmed to about `max_len` entries |
 //! | import | a consumer group; acknowledged (`XACK`) once every local subscriber handled the message; a handler failure gives it back for `nack_delay`; a dead consumer's messages are claimed (`XAUTOCLAIM`) after `claim_idle`; after `max_deliver` deliveries the message goes to the dead-letter stream |
 //! | dedup | an import drops a second entry with a message id it handed to the bus within its `dedup_window` (in this process) |
 //! | echo | the origin field filters out the link's own exports |

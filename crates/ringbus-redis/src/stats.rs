@@ -56,8 +56,9 @@ counters! {
     disconnects,
     /// Messages added to their stream (XADD answered).
     exported,
-    /// XADDs sent again after Redis did not answer (the first may have been stored: the
-    /// importers' dedup window drops the copy).
+    /// Export pipelines (the XADDs of one batch of queued messages) sent again after Redis
+    /// did not answer (some may have been stored: the importers' dedup window drops the
+    /// copies).
     export_retries,
     /// Messages that could not be exported (encoding, a header, size, or retries exhausted).
     export_errors,

@@ -287,6 +287,34 @@ async fn exports_trim_the_stream_to_max_len() {
     bus.close().await;
 }
 
+/// An export sends what is queued as one pipeline of XADDs: a message in it that cannot be
+/// sent is counted and logged, and costs only itself; the others are stored, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_cannot_be_exported_costs_only_itself() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    type Item = ringbus_redis::Envelope<u64>;
+    let bus = Bus::new();
+    let l = link(&server, &bus, options()).await;
+    l.export::<Item>("t").await.unwrap();
+    // One cursor store for the four: the export takes them as one batch.
+    let items = [
+        Item::new(1).with_id("one"),
+        Item::new(2).with_id("two\r\nlines"),
+        Item::new(3).with_id("three"),
+        Item::new(4).with_id("four"),
+    ];
+    bus.publish_batch("t", items).await.unwrap();
+    assert!(l.close(WAIT).await.complete);
+    let stats = l.stats();
+    assert_eq!((stats.exported, stats.export_errors), (3, 1), "{stats:?}");
+    let stored = entries(&l, "s:t").await;
+    let ids: Vec<String> = stored.ids.iter().map(|e| field(e, "Ringbus-Id")).collect();
+    assert_eq!(ids, ["one", "three", "four"]);
+    bus.close().await;
+}
+
 /// A topic linked both ways between two processes: each sees the other's messages, never its
 /// own back, and nothing loops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
