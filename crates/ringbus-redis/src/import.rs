@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamReadReply};
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply};
 use redis::Value;
 use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
 use ringbus_link::names::DEAD_REASON;
@@ -49,7 +49,7 @@ use crate::error::LinkError;
 use crate::export::xadd_cmd;
 use crate::link::LinkShared;
 use crate::stats::add;
-use crate::wire::{bytes, decode, message_id, origin};
+use crate::wire::{bytes, decode, message_id, origin, Fields};
 
 /// What `close` needs of a running import.
 pub(crate) struct ImportTask {
@@ -75,7 +75,7 @@ impl ImportTask {
 /// One stream entry taken by this consumer.
 struct Entry {
     id: String,
-    fields: HashMap<String, Value>,
+    fields: Fields,
     /// Its delivery count (1 for a first read).
     deliveries: u64,
 }
@@ -89,11 +89,20 @@ struct Import {
 }
 
 /// The message ids handed to the bus recently, with the entry that carried each: a second
-/// entry with one of them is a duplicate (a redelivery of the same entry is not).
+/// entry with one of them is a duplicate (a redelivery of the same entry is not). One shared
+/// copy of each message id; entry ids are kept as their two numbers.
 struct Window {
     capacity: usize,
-    order: VecDeque<String>,
-    entries: HashMap<String, String>,
+    order: VecDeque<Arc<str>>,
+    entries: HashMap<Arc<str>, EntryId>,
+}
+
+/// A stream entry id, `<milliseconds>-<sequence>`, as numbers.
+type EntryId = (u64, u64);
+
+fn entry_id(id: &str) -> Option<EntryId> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
 impl Window {
@@ -106,15 +115,21 @@ impl Window {
     }
 
     fn is_duplicate(&self, message: &str, entry: &str) -> bool {
-        self.entries.get(message).is_some_and(|e| e != entry)
+        self.entries
+            .get(message)
+            .is_some_and(|e| Some(*e) != entry_id(entry))
     }
 
-    fn remember(&mut self, message: &str, entry: &str) {
+    fn remember(&mut self, message: &Arc<str>, entry: &str) {
         if self.capacity == 0 || self.entries.contains_key(message) {
             return;
         }
-        self.entries.insert(message.to_string(), entry.to_string());
-        self.order.push_back(message.to_string());
+        // Redis makes every entry id: one that is not two numbers is never remembered.
+        let Some(entry) = entry_id(entry) else {
+            return;
+        };
+        self.entries.insert(message.clone(), entry);
+        self.order.push_back(message.clone());
         if self.order.len() > self.capacity {
             if let Some(oldest) = self.order.pop_front() {
                 self.entries.remove(&oldest);
@@ -278,17 +293,70 @@ async fn read(
         .arg("STREAMS")
         .arg(&import.key)
         .arg(">");
-    let reply: Option<StreamReadReply> = reads.query(&cmd).await?;
-    Ok(reply
-        .into_iter()
-        .flat_map(|r| r.keys)
-        .flat_map(|k| k.ids)
-        .map(|StreamId { id, map, .. }| Entry {
-            id,
-            fields: map,
-            deliveries: 1,
-        })
-        .collect())
+    let reply: Value = reads.query(&cmd).await?;
+    read_reply(reply)
+}
+
+/// The entries of an XREADGROUP reply (RESP2 arrays or a RESP3 map), walked in place: the
+/// `redis` crate's `StreamReadReply` copies the whole reply once and builds a map per entry.
+fn read_reply(reply: Value) -> Result<Vec<Entry>, redis::RedisError> {
+    let bad = |what: &'static str| {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "an XREADGROUP reply",
+            what.to_string(),
+        ))
+    };
+    let streams: Vec<Value> = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(streams) => streams
+            .into_iter()
+            .map(|s| match s {
+                Value::Array(mut key_entries) if key_entries.len() == 2 => key_entries
+                    .pop()
+                    .ok_or_else(|| bad("a stream without entries")),
+                _ => Err(bad("a stream is not a [key, entries] pair")),
+            })
+            .collect::<Result<_, _>>()?,
+        Value::Map(streams) => streams.into_iter().map(|(_, entries)| entries).collect(),
+        _ => return Err(bad("neither an array nor a map")),
+    };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(stream) = stream else {
+            return Err(bad("a stream's entries are not an array"));
+        };
+        entries.reserve(stream.len());
+        for entry in stream {
+            let Value::Array(pair) = entry else {
+                return Err(bad("an entry is not an [id, fields] pair"));
+            };
+            let mut pair = pair.into_iter();
+            let (Some(id), Some(fields), None) = (pair.next(), pair.next(), pair.next()) else {
+                return Err(bad("an entry is not an [id, fields] pair"));
+            };
+            let id = match id {
+                Value::BulkString(id) => {
+                    String::from_utf8(id).map_err(|_| bad("an entry id is not text"))?
+                }
+                Value::SimpleString(id) => id,
+                _ => return Err(bad("an entry id is not text")),
+            };
+            // An entry deleted while pending has no fields (`Nil`): nothing to decode, and
+            // `decode` dead-letters it as missing its body.
+            let fields = match fields {
+                Value::Nil => Fields::default(),
+                other => Fields::from_reply(other)
+                    .ok_or_else(|| bad("an entry's fields are not name/value pairs"))?,
+            };
+            entries.push(Entry {
+                id,
+                fields,
+                deliveries: 1,
+            });
+        }
+    }
+    Ok(entries)
 }
 
 /// Takes the entries idle in the group's pending list for `claim_idle` (given back, or held by
@@ -342,7 +410,7 @@ async fn claim(import: &Import, cursor: &mut String) -> Result<Vec<Entry>, redis
         .map(|StreamId { id, map, .. }| Entry {
             deliveries: counts.get(&id).copied().unwrap_or(2),
             id,
-            fields: map,
+            fields: map.into_iter().collect(),
         })
         .collect())
 }
@@ -387,7 +455,7 @@ where
             return true;
         }
     };
-    let message = message_id(&entry.fields).map(str::to_string);
+    let message = message_id(&entry.fields).map(Arc::<str>::from);
     if let Some(message) = &message {
         if window.is_duplicate(message, &entry.id) {
             add(&link.counters.duplicates);
@@ -561,8 +629,8 @@ async fn dead_letter(import: &Import, entry: &Entry, reason: &str) {
     let mut fields: Vec<(String, Vec<u8>)> = entry
         .fields
         .iter()
-        .filter(|(name, _)| name.as_str() != DEAD_REASON)
-        .filter_map(|(name, value)| Some((name.clone(), bytes(value)?.to_vec())))
+        .filter(|(name, _)| *name != DEAD_REASON)
+        .filter_map(|(name, value)| Some((name.to_string(), bytes(value)?.to_vec())))
         .collect();
     fields.sort_by(|a, b| a.0.cmp(&b.0));
     let one_line: String = reason.chars().filter(|c| !c.is_control()).collect();
@@ -621,23 +689,68 @@ fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::Window;
+    use std::sync::Arc;
+
+    use redis::Value;
+
+    use super::{read_reply, Window};
 
     #[test]
     fn the_window_drops_other_entries_with_a_seen_id_and_forgets_the_oldest() {
+        let id = |s: &str| -> Arc<str> { Arc::from(s) };
         let mut w = Window::new(2);
-        w.remember("a", "1-0");
+        w.remember(&id("a"), "1-0");
         assert!(
             !w.is_duplicate("a", "1-0"),
             "a redelivery of one entry is not a duplicate"
         );
         assert!(w.is_duplicate("a", "2-0"));
-        w.remember("b", "3-0");
-        w.remember("c", "4-0");
+        w.remember(&id("b"), "3-0");
+        w.remember(&id("c"), "4-0");
         assert!(!w.is_duplicate("a", "5-0"), "forgotten past the capacity");
         assert!(w.is_duplicate("c", "6-0"));
         let mut off = Window::new(0);
-        off.remember("a", "1-0");
+        off.remember(&id("a"), "1-0");
         assert!(!off.is_duplicate("a", "2-0"));
+    }
+
+    #[test]
+    fn a_read_reply_is_walked_in_either_shape_and_a_bad_one_is_an_error() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry =
+            |id: &str| Value::Array(vec![b(id), Value::Array(vec![b("Ringbus-Id"), b("m")])]);
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            b("s:t"),
+            Value::Array(vec![entry("1-0"), entry("2-0")]),
+        ])]);
+        let got = read_reply(resp2).unwrap();
+        let ids: Vec<&str> = got.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["1-0", "2-0"]);
+        assert_eq!(got[1].fields.get("Ringbus-Id"), Some(&b("m")));
+        let resp3 = Value::Map(vec![(b("s:t"), Value::Array(vec![entry("3-1")]))]);
+        assert_eq!(read_reply(resp3).unwrap()[0].id, "3-1");
+        assert!(read_reply(Value::Nil).unwrap().is_empty());
+        let deleted = Value::Array(vec![Value::Array(vec![
+            b("s:t"),
+            Value::Array(vec![Value::Array(vec![b("4-0"), Value::Nil])]),
+        ])]);
+        assert!(read_reply(deleted).unwrap()[0]
+            .fields
+            .get("Ringbus-Body")
+            .is_none());
+        for bad in [
+            Value::Int(3),
+            Value::Array(vec![Value::Array(vec![b("s:t")])]),
+            Value::Array(vec![Value::Array(vec![
+                b("s:t"),
+                Value::Array(vec![b("1-0")]),
+            ])]),
+            Value::Array(vec![Value::Array(vec![
+                b("s:t"),
+                Value::Array(vec![Value::Array(vec![Value::Int(1), Value::Nil])]),
+            ])]),
+        ] {
+            assert!(read_reply(bad.clone()).is_err(), "{bad:?}");
+        }
     }
 }

@@ -6,7 +6,6 @@
 //! `Headers` refuse it). Stream fields are binary safe; ids and headers are still held to the
 //! rules every link shares, so a message type sends the same headers over NATS and Redis.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use redis::Value;
@@ -115,6 +114,61 @@ pub(crate) fn encode<T, C: Codec<T>>(
     Ok(Outgoing { id, fields })
 }
 
+/// A stream entry's fields, in the order Redis gave them. An entry has a handful: a list is
+/// quicker to search than a map is to build. A name given twice means its last value, as
+/// the `redis` crate's map replies would.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    /// The value of the field `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Value> {
+        self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Every field, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// The fields of a reply's `[name, value, name, value, ...]` array (or RESP3 map),
+    /// taking its values without copying them. A name that is not UTF-8 is kept lossily (it
+    /// can never be a field the link reads, and `decode` refuses it as a header). `None`
+    /// for any other shape.
+    pub(crate) fn from_reply(reply: Value) -> Option<Self> {
+        let name = |v: Value| match v {
+            Value::BulkString(b) => Some(
+                String::from_utf8(b)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            ),
+            Value::SimpleString(s) => Some(s),
+            _ => None,
+        };
+        match reply {
+            Value::Array(flat) if flat.len() % 2 == 0 => {
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                let mut flat = flat.into_iter();
+                while let (Some(n), Some(v)) = (flat.next(), flat.next()) {
+                    fields.push((name(n)?, v));
+                }
+                Some(Self(fields))
+            }
+            Value::Map(pairs) => pairs
+                .into_iter()
+                .map(|(n, v)| Some((name(n)?, v)))
+                .collect::<Option<Vec<_>>>()
+                .map(Self),
+            _ => None,
+        }
+    }
+}
+
+impl FromIterator<(String, Value)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
 /// The bytes of a field's value, if it is a string.
 pub(crate) fn bytes(value: &Value) -> Option<&[u8]> {
     match value {
@@ -126,22 +180,19 @@ pub(crate) fn bytes(value: &Value) -> Option<&[u8]> {
 }
 
 /// A field's value as text.
-pub(crate) fn text<'a>(
-    fields: &'a HashMap<String, Value>,
-    name: &'static str,
-) -> Result<&'a str, BadInput> {
+pub(crate) fn text<'a>(fields: &'a Fields, name: &'static str) -> Result<&'a str, BadInput> {
     let value = fields.get(name).ok_or(BadInput::MissingField(name))?;
     let raw = bytes(value).ok_or(BadInput::NotText(name.to_string()))?;
     std::str::from_utf8(raw).map_err(|_| BadInput::NotText(name.to_string()))
 }
 
 /// The exporting link's id, if the entry names one.
-pub(crate) fn origin(fields: &HashMap<String, Value>) -> Option<&str> {
+pub(crate) fn origin(fields: &Fields) -> Option<&str> {
     text(fields, ORIGIN).ok()
 }
 
 /// The message id, if the entry has one.
-pub(crate) fn message_id(fields: &HashMap<String, Value>) -> Option<&str> {
+pub(crate) fn message_id(fields: &Fields) -> Option<&str> {
     text(fields, ID).ok()
 }
 
@@ -149,7 +200,7 @@ pub(crate) fn message_id(fields: &HashMap<String, Value>) -> Option<&str> {
 pub(crate) fn decode<T, C: Codec<T>>(
     codec: &C,
     topic: &str,
-    fields: &HashMap<String, Value>,
+    fields: &Fields,
     max: usize,
 ) -> Result<T, BadInput> {
     let body = fields
@@ -167,7 +218,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
     }
     let id = text(fields, ID)?.to_string();
     let mut headers = Headers::new();
-    for (name, value) in fields {
+    for (name, value) in fields.iter() {
         if is_reserved(name) {
             continue;
         }
@@ -177,7 +228,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
         if check_header(name, value).is_err() {
             return Err(BadInput::NotText(name.escape_debug().to_string()));
         }
-        headers.insert_unchecked(name.clone(), value.to_string());
+        headers.insert_unchecked(name.to_string(), value.to_string());
     }
     codec
         .decode(
@@ -195,7 +246,7 @@ mod tests {
     use super::*;
     use ringbus_link::{Envelope, Json};
 
-    fn as_entry(out: &Outgoing) -> HashMap<String, Value> {
+    fn as_entry(out: &Outgoing) -> Fields {
         out.fields
             .iter()
             .map(|(k, v)| (k.clone(), Value::BulkString(v.clone())))
@@ -219,6 +270,35 @@ mod tests {
     }
 
     #[test]
+    fn fields_are_read_from_either_reply_shape_without_losing_a_bad_name() {
+        let b = |s: &[u8]| Value::BulkString(s.to_vec());
+        let flat = Value::Array(vec![
+            b(b"a"),
+            b(b"1"),
+            b(b"\xff"),
+            b(b"2"),
+            b(b"a"),
+            b(b"3"),
+        ]);
+        let fields = Fields::from_reply(flat).unwrap();
+        assert_eq!(
+            fields.get("a"),
+            Some(&b(b"3")),
+            "the last value of a name given twice"
+        );
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["a", "\u{fffd}", "a"]);
+        let map = Value::Map(vec![(b(b"x"), b(b"y"))]);
+        assert_eq!(Fields::from_reply(map).unwrap().get("x"), Some(&b(b"y")));
+        assert_eq!(Fields::from_reply(Value::Array(vec![b(b"odd")])), None);
+        assert_eq!(
+            Fields::from_reply(Value::Array(vec![Value::Int(1), b(b"v")])),
+            None
+        );
+        assert_eq!(Fields::from_reply(Value::Nil), None);
+    }
+
+    #[test]
     fn refuses_bad_input_without_panicking() {
         let out = encode(&Json, &5u32, "n", "me", 1024).unwrap();
         let entry = as_entry(&out);
@@ -227,19 +307,23 @@ mod tests {
             BadInput::WrongTopic
         );
         let mut broken = entry.clone();
-        broken.insert(BODY.into(), Value::BulkString(b"{not json".to_vec()));
+        broken
+            .0
+            .push((BODY.into(), Value::BulkString(b"{not json".to_vec())));
         assert_eq!(
             decode::<u32, _>(&Json, "n", &broken, 1024).unwrap_err(),
             BadInput::Decode
         );
         let mut no_id = entry.clone();
-        no_id.remove(ID);
+        no_id.0.retain(|(n, _)| n != ID);
         assert_eq!(
             decode::<u32, _>(&Json, "n", &no_id, 1024).unwrap_err(),
             BadInput::MissingField(ID)
         );
         let mut bad_header = entry.clone();
-        bad_header.insert("Note".into(), Value::BulkString(b"a\r\nb".to_vec()));
+        bad_header
+            .0
+            .push(("Note".into(), Value::BulkString(b"a\r\nb".to_vec())));
         assert!(matches!(
             decode::<u32, _>(&Json, "n", &bad_header, 1024),
             Err(BadInput::NotText(_))
