@@ -74,20 +74,16 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         pipe.ignore_errors();
         let mut ids = Vec::with_capacity(batch.len());
         let mut first_error = None;
+        let mut body = Vec::new();
         for msg in batch.iter() {
             if self.codec.is_imported(msg) {
                 add(&self.link.counters.echo_skipped);
                 continue;
             }
-            match encode(
-                &self.codec,
-                msg,
-                &self.topic,
-                &self.link.id,
-                self.link.max_message_bytes,
-            ) {
+            match encode(&self.codec, msg, self.link.max_message_bytes, &mut body) {
                 Ok(message) => {
-                    pipe.add_command(xadd_cmd(&self.link, &self.key, &message.fields));
+                    let fields = message.fields(&self.topic, &self.link.id, &body);
+                    pipe.add_command(xadd_cmd(&self.link, &self.key, fields));
                     ids.push(message.id);
                 }
                 Err(e) => self.failed(&mut first_error, None, e),
@@ -132,8 +128,12 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     }
 }
 
-/// The XADD of `message` to `key`, trimmed as the link's options say.
-pub(crate) fn xadd_cmd(link: &LinkShared, key: &str, fields: &[(String, Vec<u8>)]) -> redis::Cmd {
+/// The XADD of the field/value pairs `fields` to `key`, trimmed as the link's options say.
+pub(crate) fn xadd_cmd<'a>(
+    link: &LinkShared,
+    key: &str,
+    fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> redis::Cmd {
     let mut cmd = redis::cmd("XADD");
     cmd.arg(key);
     if let Some(max_len) = link.streams.max_len {

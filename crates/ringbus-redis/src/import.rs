@@ -638,7 +638,11 @@ async fn dead_letter(import: &Import, entry: &Entry, reason: &str) {
     let dead_key = link.dead_letter_key(&import.topic);
     let mut pipe = redis::pipe();
     pipe.atomic()
-        .add_command(xadd_cmd(link, &dead_key, &fields))
+        .add_command(xadd_cmd(
+            link,
+            &dead_key,
+            fields.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        ))
         .ignore()
         .cmd("XACK")
         .arg(&import.key)

@@ -65,11 +65,31 @@ impl fmt::Display for BadInput {
     }
 }
 
-/// An encoded message: the field/value pairs of one XADD (cheap to re-send: it is kept).
-#[derive(Clone, Debug)]
+/// An encoded message's id and headers (its body is in the buffer `encode` was given).
+#[derive(Debug)]
 pub(crate) struct Outgoing {
     pub(crate) id: String,
-    pub(crate) fields: Vec<(String, Vec<u8>)>,
+    headers: Headers,
+}
+
+impl Outgoing {
+    /// The message's XADD field/value pairs, `body` last: its topic, id, origin link, the
+    /// user headers and the body, borrowed (the command copies them once, into its buffer).
+    pub(crate) fn fields<'a>(
+        &'a self,
+        topic: &'a str,
+        origin: &'a str,
+        body: &'a [u8],
+    ) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        [
+            (TOPIC, topic.as_bytes()),
+            (ID, self.id.as_bytes()),
+            (ORIGIN, origin.as_bytes()),
+        ]
+        .into_iter()
+        .chain(self.headers.iter().map(|(n, v)| (n, v.as_bytes())))
+        .chain(std::iter::once((BODY, body)))
+    }
 }
 
 /// Ids follow the rule of header values (no line breaks, no padding), as on every link.
@@ -80,18 +100,18 @@ fn check_id(id: &str) -> Result<(), HeaderError> {
     Ok(())
 }
 
-/// Encodes `msg` for `topic`, exported by link `origin`.
+/// Encodes `msg` into `body` (emptied first: one buffer serves a whole batch, its
+/// allocation kept); the rest of the entry is in the returned [`Outgoing`].
 pub(crate) fn encode<T, C: Codec<T>>(
     codec: &C,
     msg: &T,
-    topic: &str,
-    origin: &str,
     max: usize,
+    body: &mut Vec<u8>,
 ) -> Result<Outgoing, ExportError> {
-    let mut body = Vec::new();
+    body.clear();
     let mut meta = Meta::default();
     codec
-        .encode(msg, &mut body, &mut meta)
+        .encode(msg, body, &mut meta)
         .map_err(ExportError::Encode)?;
     if body.len() > max {
         return Err(ExportError::TooLarge {
@@ -101,17 +121,14 @@ pub(crate) fn encode<T, C: Codec<T>>(
     }
     let id = meta.id.unwrap_or_else(next_id);
     check_id(&id).map_err(ExportError::Header)?;
-    let mut fields = Vec::with_capacity(4 + meta.headers.len());
-    fields.push((TOPIC.to_string(), topic.as_bytes().to_vec()));
-    fields.push((ID.to_string(), id.as_bytes().to_vec()));
-    fields.push((ORIGIN.to_string(), origin.as_bytes().to_vec()));
     for (name, value) in meta.headers.iter() {
         // A custom codec may have filled `Headers` without `insert`'s check: check again.
         check_header(name, value).map_err(ExportError::Header)?;
-        fields.push((name.to_string(), value.as_bytes().to_vec()));
     }
-    fields.push((BODY.to_string(), body));
-    Ok(Outgoing { id, fields })
+    Ok(Outgoing {
+        id,
+        headers: meta.headers,
+    })
 }
 
 /// A stream entry's fields, in the order Redis gave them. An entry has a handful: a list is
@@ -246,10 +263,9 @@ mod tests {
     use super::*;
     use ringbus_link::{Envelope, Json};
 
-    fn as_entry(out: &Outgoing) -> Fields {
-        out.fields
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::BulkString(v.clone())))
+    fn as_entry(out: &Outgoing, topic: &str, body: &[u8]) -> Fields {
+        out.fields(topic, "me", body)
+            .map(|(k, v)| (k.to_string(), Value::BulkString(v.to_vec())))
             .collect()
     }
 
@@ -259,8 +275,9 @@ mod tests {
             .with_id("order-7")
             .with_header("Tenant", "acme")
             .unwrap();
-        let out = encode(&Json, &msg, "orders", "me", 1 << 20).unwrap();
-        let entry = as_entry(&out);
+        let mut body = Vec::new();
+        let out = encode(&Json, &msg, 1 << 20, &mut body).unwrap();
+        let entry = as_entry(&out, "orders", &body);
         assert_eq!(origin(&entry), Some("me"));
         let back: Envelope<Vec<u8>> = decode(&Json, "orders", &entry, 1 << 20).unwrap();
         assert_eq!(back.id(), "order-7");
@@ -300,8 +317,10 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_without_panicking() {
-        let out = encode(&Json, &5u32, "n", "me", 1024).unwrap();
-        let entry = as_entry(&out);
+        let mut body = b"left over from the last message".to_vec();
+        let out = encode(&Json, &5u32, 1024, &mut body).unwrap();
+        assert_eq!(body, b"5", "the buffer is emptied first");
+        let entry = as_entry(&out, "n", &body);
         assert_eq!(
             decode::<u32, _>(&Json, "other", &entry, 1024).unwrap_err(),
             BadInput::WrongTopic
@@ -333,12 +352,12 @@ mod tests {
             Err(BadInput::TooLarge { .. })
         ));
         assert!(matches!(
-            encode(&Json, &"x".repeat(100), "n", "me", 10),
+            encode(&Json, &"x".repeat(100), 10, &mut body),
             Err(ExportError::TooLarge { .. })
         ));
         let bad_id = Envelope::new(1u32).with_id("a\r\nb");
         assert!(matches!(
-            encode(&Json, &bad_id, "n", "me", 1024),
+            encode(&Json, &bad_id, 1024, &mut body),
             Err(ExportError::Header(_))
         ));
     }
