@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,6 +104,8 @@ struct Exporter<T, C> {
     codec: C,
     /// JetStream: the ack window.
     acks: Option<(mpsc::Sender<Pending>, Arc<AtomicU64>)>,
+    /// The last body's length: the next body's buffer is made that size at once.
+    body_size: AtomicUsize,
     _message: PhantomData<fn(&T)>,
 }
 
@@ -120,7 +122,9 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             &self.topic,
             origin,
             self.link.max_message_bytes,
+            self.body_size.load(Ordering::Relaxed),
         )?;
+        self.body_size.store(message.body.len(), Ordering::Relaxed);
         crate::otel::inject(&mut message.headers);
         match &self.acks {
             None => {
@@ -303,6 +307,7 @@ where
         subject,
         codec,
         acks,
+        body_size: AtomicUsize::new(0),
         _message: PhantomData,
     };
     let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));

@@ -152,6 +152,7 @@ where
             &self.topic,
             None,
             self.link.max_message_bytes,
+            0,
         ) {
             Ok(message) => message,
             Err(e) => {
@@ -721,8 +722,14 @@ async fn serve_one<T, R, C>(
                 .with_timeout(left);
             match local.request_with(&ctx, msg).await {
                 Ok(reply) => {
-                    match encode::<R, C>(codec, &reply, local.name(), None, link.max_message_bytes)
-                    {
+                    match encode::<R, C>(
+                        codec,
+                        &reply,
+                        local.name(),
+                        None,
+                        link.max_message_bytes,
+                        0,
+                    ) {
                         Ok(out) => Answer::Reply(out.headers, out.body),
                         Err(e) => Answer::Failed(format!("the reply was not sent: {e}")),
                     }
