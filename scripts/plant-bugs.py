@@ -156,6 +156,11 @@ BUGS = [
      "                Err(e) => {\n                    self.failed(&mut first_error, None, e);\n"
      "                    return first_error.map_or(Ok(()), Err);\n                }\n",
      plain("ringbus-redis", "redis", "streams::a_message_that_cannot_be_exported_costs_only_itself")),
+    ("redis: an import drops the fields a dead letter needs",
+     REDIS + "import.rs",
+     "            if entry.deliveries < max_deliver {\n",
+     "            if entry.deliveries <= max_deliver {\n",
+     plain("ringbus-conformance", "links", "cases::dead_letters_after_max_deliveries")),
     ("bus lock: a cancelled waiter does not pass its turn on",
      BUS + "lock.rs",
      "            self.lock.wake_next();\n",
