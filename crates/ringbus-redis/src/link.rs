@@ -45,6 +45,9 @@ pub struct LinkBuilder {
     max_message_bytes: usize,
     connection_timeout: Duration,
     response_timeout: Duration,
+    /// PEM: the certificate authority a `rediss://` server's certificate must chain to.
+    #[cfg(feature = "tls")]
+    tls_root: Option<Vec<u8>>,
 }
 
 impl LinkBuilder {
@@ -57,7 +60,32 @@ impl LinkBuilder {
             max_message_bytes: 1024 * 1024,
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
+            #[cfg(feature = "tls")]
+            tls_root: None,
         }
+    }
+
+    /// With a `rediss://` URL: trust the certificate authority in `pem` (PEM text) instead
+    /// of the system's trust store, for a server whose certificate a private CA signed. The
+    /// server's certificate is still verified, name included.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
+    /// The `redis` client for the URL (and the root certificate, if any).
+    fn client(&self) -> Result<Client, LinkError> {
+        #[cfg(feature = "tls")]
+        if let Some(root) = &self.tls_root {
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            };
+            return Client::build_with_tls(self.url.as_str(), certificates)
+                .map_err(LinkError::Connect);
+        }
+        Client::open(self.url.as_str()).map_err(LinkError::Connect)
     }
 
     /// The key prefix: topic `t` travels in the stream `<prefix>:t`. Default: `ringbus`.
@@ -123,7 +151,7 @@ impl LinkBuilder {
         if let Some(consumer) = &self.streams.consumer {
             check_name(consumer, "consumer")?;
         }
-        let client = Client::open(self.url.as_str()).map_err(LinkError::Connect)?;
+        let client = self.client()?;
         let counters = Arc::new(Counters::default());
         let commands = Conn::new(
             client.clone(),
@@ -168,15 +196,23 @@ impl LinkBuilder {
 
 impl fmt::Debug for LinkBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LinkBuilder")
-            .field("url", &redacted(&self.url))
+        let mut d = f.debug_struct("LinkBuilder");
+        d.field("url", &redacted(&self.url))
             .field("prefix", &self.prefix)
             .field("dead_letter_prefix", &self.dead_letter_prefix)
             .field("streams", &self.streams)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("connection_timeout", &self.connection_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .finish()
+            .field("response_timeout", &self.response_timeout);
+        #[cfg(feature = "tls")]
+        d.field(
+            "tls_root_certificate",
+            &self
+                .tls_root
+                .as_ref()
+                .map(|pem| format!("{} bytes", pem.len())),
+        );
+        d.finish()
     }
 }
 

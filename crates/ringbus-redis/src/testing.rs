@@ -14,6 +14,10 @@
 //! returns `None`, so the caller can skip its test, unless `REQUIRE_REDIS=1` is set (as in
 //! CI), in which case it panics.
 //!
+//! [`ServerOptions::tls`] serves TLS only (`rediss://`), with a certificate for `127.0.0.1`
+//! signed by a certificate authority made for that server
+//! ([`RedisServer::tls_root_certificate`]); making them needs the `openssl` command.
+//!
 //! This module uses only `std` threads: no async runtime is needed to start or stop a server.
 //!
 //! ```no_run
@@ -61,6 +65,7 @@ pub fn require_redis() -> bool {
 pub struct ServerOptions {
     persistent: bool,
     password: Option<String>,
+    tls: bool,
 }
 
 impl ServerOptions {
@@ -84,6 +89,17 @@ impl ServerOptions {
         self.password = Some(password.into());
         self
     }
+
+    /// Serves TLS only (no plain port): a certificate for `127.0.0.1`, signed by a
+    /// certificate authority made for this server (see
+    /// [`RedisServer::tls_root_certificate`]); clients are not asked for certificates.
+    /// Making them needs the `openssl` command: without it the start skips, or panics under
+    /// `REQUIRE_REDIS=1`, as without `redis-server`.
+    #[must_use]
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
 }
 
 impl fmt::Debug for ServerOptions {
@@ -91,6 +107,7 @@ impl fmt::Debug for ServerOptions {
         f.debug_struct("ServerOptions")
             .field("persistent", &self.persistent)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -133,11 +150,25 @@ impl RedisServer {
     /// the server exits or is not ready within 10 s (the message quotes its log's tail).
     pub fn start_with(options: ServerOptions) -> Option<Self> {
         let binary = binary_or_skip()?;
+        let dir = make_temp_dir();
+        if options.tls {
+            match make_certificates(&dir) {
+                Ok(()) => {}
+                Err(Certificates::NoOpenssl(why)) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    return skip_or_panic(&why);
+                }
+                Err(Certificates::Failed(why)) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    panic!("cannot make the TLS certificates: {why}");
+                }
+            }
+        }
         let mut server = Self {
             binary,
             options,
             port: 0,
-            dir: make_temp_dir(),
+            dir,
             child: None,
             generation: 0,
         };
@@ -145,11 +176,25 @@ impl RedisServer {
         Some(server)
     }
 
-    /// The client URL, with the password if there is one: `redis://[:password@]127.0.0.1:<port>`.
+    /// The client URL, with the password if there is one:
+    /// `redis[s]://[:password@]127.0.0.1:<port>` (`rediss` with [`ServerOptions::tls`]).
     pub fn url(&self) -> String {
+        let scheme = if self.options.tls { "rediss" } else { "redis" };
         match &self.options.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
-            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(password) => format!("{scheme}://:{password}@127.0.0.1:{}", self.port),
+            None => format!("{scheme}://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// With [`ServerOptions::tls`]: the PEM certificate of the authority that signed the
+    /// server's certificate, for the client to trust.
+    pub fn tls_root_certificate(&self) -> Option<Vec<u8>> {
+        if !self.options.tls {
+            return None;
+        }
+        match fs::read(self.dir.join(CA_CERT)) {
+            Ok(pem) => Some(pem),
+            Err(err) => panic!("cannot read the test CA's certificate: {err}"),
         }
     }
 
@@ -242,9 +287,22 @@ impl RedisServer {
     fn spawn(&mut self) {
         self.generation += 1;
         let mut command = Command::new(&self.binary);
+        command.args(["--bind", "127.0.0.1"]);
+        if self.options.tls {
+            command
+                .args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(self.dir.join(SERVER_CERT))
+                .arg("--tls-key-file")
+                .arg(self.dir.join(SERVER_KEY))
+                .arg("--tls-ca-cert-file")
+                .arg(self.dir.join(CA_CERT))
+                .args(["--tls-auth-clients", "no"]);
+        } else {
+            command.arg("--port").arg(self.port.to_string());
+        }
         command
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
@@ -340,18 +398,117 @@ fn binary_or_skip() -> Option<PathBuf> {
     if let Some(found) = on_path.chain(known).find(|p| p.is_file()) {
         return Some(found);
     }
+    skip_or_panic(
+        "no redis-server binary found; install it (apt-get install redis-server) or set \
+         REDIS_SERVER_BIN",
+    )
+}
+
+/// `None` after a `SKIPPED:` line, or a panic under `REQUIRE_REDIS=1`.
+fn skip_or_panic<T>(why: &str) -> Option<T> {
     if require_redis() {
-        panic!(
-            "REQUIRE_REDIS=1 but no redis-server binary found; install it \
-             (apt-get install redis-server) or set REDIS_SERVER_BIN"
-        );
+        panic!("REQUIRE_REDIS=1 but {why}");
     }
     // The real stderr, not `eprintln!` (which the test harness captures): a skip should show.
     let _ = writeln!(
         io::stderr(),
-        "SKIPPED: no redis-server binary found (set REQUIRE_REDIS=1 to make this an error)"
+        "SKIPPED: {why} (set REQUIRE_REDIS=1 to make this an error)"
     );
     None
+}
+
+/// Why [`make_certificates`] made none.
+enum Certificates {
+    /// No `openssl` command: skip, as without `redis-server`.
+    NoOpenssl(String),
+    Failed(String),
+}
+
+/// The files [`make_certificates`] writes in a server's directory.
+const CA_CERT: &str = "ca.crt";
+const SERVER_CERT: &str = "server.crt";
+const SERVER_KEY: &str = "server.key";
+
+/// Makes, in `dir`, a certificate authority (`ca.crt`, `ca.key`) and a server certificate
+/// it signed for `127.0.0.1` (`server.crt`, `server.key`), P-256 keys, valid for two days,
+/// with the `openssl` command.
+fn make_certificates(dir: &Path) -> Result<(), Certificates> {
+    let extensions = dir.join("server.ext");
+    fs::write(
+        &extensions,
+        "subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n\
+         keyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n",
+    )
+    .map_err(|e| Certificates::Failed(format!("cannot write {}: {e}", extensions.display())))?;
+    let new_key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [Vec<&str>; 3] = [
+        [
+            &["req", "-x509"][..],
+            &new_key,
+            &["-keyout", "ca.key", "-out", CA_CERT, "-days", "2"],
+            &["-subj", "/CN=ringbus-redis test CA"],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &new_key,
+            &[
+                "-keyout",
+                SERVER_KEY,
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            CA_CERT,
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            SERVER_CERT,
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(&args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => Certificates::NoOpenssl(
+                    "no openssl command found to make TLS certificates; install it \
+                     (apt-get install openssl)"
+                        .to_string(),
+                ),
+                _ => Certificates::Failed(format!("cannot run openssl: {e}")),
+            })?;
+        if !out.status.success() {
+            return Err(Certificates::Failed(format!(
+                "openssl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A port no one listens on now (the OS's pick; another process could take it before the

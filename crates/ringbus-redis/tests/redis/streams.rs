@@ -58,6 +58,17 @@ async fn entries(link: &Link, key: &str) -> StreamRangeReply {
 }
 
 /// A field of a stream entry, as text.
+/// Adds an entry with `fields` to `key` as a raw client would.
+async fn xadd(conn: &mut redis::aio::MultiplexedConnection, key: &str, fields: &[(&str, &[u8])]) {
+    let _: String = redis::cmd("XADD")
+        .arg(key)
+        .arg("*")
+        .arg(fields)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 fn field(entry: &redis::streams::StreamId, name: &str) -> String {
     match entry.map.get(name) {
         Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
@@ -158,13 +169,7 @@ async fn the_ack_waits_for_every_local_handler() {
         ("Ringbus-Id", b"x-1"),
         ("Ringbus-Body", b"5"),
     ];
-    let _: String = redis::cmd("XADD")
-        .arg("s:t")
-        .arg("*")
-        .arg(fields)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    xadd(&mut conn, "s:t", &fields).await;
     eventually("imported", || l.stats().imported == 1).await;
     // The import's settler runs on its own task: give an early ack time to show itself (a
     // check made at once missed it on a loaded machine).
@@ -221,26 +226,14 @@ async fn bad_wire_input_is_dead_lettered_and_counted() {
         &[("junk", b"\xff\xfe")],
     ];
     for fields in bad {
-        let _: String = redis::cmd("XADD")
-            .arg("s:t")
-            .arg("*")
-            .arg(fields)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        xadd(&mut conn, "s:t", fields).await;
     }
     let good: &[(&str, &[u8])] = &[
         ("Ringbus-Topic", b"t"),
         ("Ringbus-Id", b"d"),
         ("Ringbus-Body", b"42"),
     ];
-    let _: String = redis::cmd("XADD")
-        .arg("s:t")
-        .arg("*")
-        .arg(good)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    xadd(&mut conn, "s:t", good).await;
     assert_eq!(
         tokio::time::timeout(WAIT, got.recv()).await.unwrap(),
         Some(42)
@@ -437,5 +430,69 @@ async fn tls_against_a_plain_server_is_an_error_not_a_panic() {
         matches!(connected, Err(LinkError::Connect(_))),
         "{connected:?}"
     );
+    bus.close().await;
+}
+
+/// With the `tls` feature, a `rediss://` link to a TLS-only server round-trips messages; the
+/// server's certificate is verified: without the private CA that signed it, connecting fails.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_round_trips_through_a_tls_only_server_whose_certificate_is_verified() {
+    use ringbus_redis::testing::ServerOptions;
+    let Some(server) = RedisServer::start_with(ServerOptions::new().tls(true)) else {
+        return;
+    };
+    assert!(server.url().starts_with("rediss://"), "{}", server.url());
+    let Some(ca) = server.tls_root_certificate() else {
+        panic!("a TLS server has a CA");
+    };
+    let bus = Bus::new();
+    let untrusted = Link::builder(server.url())
+        .connection_timeout(Duration::from_secs(2))
+        .connect(&bus)
+        .await;
+    assert!(
+        matches!(&untrusted, Err(LinkError::Connect(e)) if e.to_string().contains("UnknownIssuer")),
+        "a certificate from an unknown CA must be refused: {untrusted:?}"
+    );
+    let (tx, mut got) = mpsc::unbounded_channel();
+    let _sub = bus
+        .subscribe("in", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let connect = || {
+        Link::builder(server.url())
+            .prefix("s")
+            .streams(options())
+            .tls_root_certificate(ca.clone())
+            .connect(&bus)
+    };
+    let (out, inbound) = (connect().await.unwrap(), connect().await.unwrap());
+    out.export::<u64>("out").await.unwrap();
+    // What `out` exports to `s:out`, `inbound` reads back as topic "in" of the same stream.
+    inbound.import::<u64>("in").await.unwrap();
+    let mut conn = inbound
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for n in 0..3u64 {
+        bus.publish("out", n).await.unwrap();
+    }
+    assert!(out.close(WAIT).await.complete);
+    let exported = entries(&out, "s:out").await;
+    assert_eq!(exported.ids.len(), 3);
+    let fields: Vec<(&str, &[u8])> = vec![
+        ("Ringbus-Topic", b"in"),
+        ("Ringbus-Id", b"tls-1"),
+        ("Ringbus-Body", b"42"),
+    ];
+    xadd(&mut conn, "s:in", &fields).await;
+    let n = tokio::time::timeout(WAIT, got.recv()).await.unwrap();
+    assert_eq!(n, Some(42));
+    eventually("acked over TLS", || inbound.stats().acked == 1).await;
+    assert!(inbound.close(WAIT).await.complete);
     bus.close().await;
 }
