@@ -4,9 +4,9 @@
 //!
 //! - `raw`: the `redis` crate alone, wired as a performance-minded user would. One
 //!   multiplexed connection publishes: `XADD` with the fields the link writes (topic, id,
-//!   origin, the same JSON body) and the link's trimming (`MAXLEN ~ 100000`), pipelined with up
-//!   to 256 commands awaiting their reply. The receiver reads on a connection of its own
-//!   (`XREADGROUP ... COUNT 64 BLOCK 1000`, the link's read batch and block) and acknowledges
+//!   origin, the same JSON body) and the link's trimming (`MAXLEN ~ 100000`), pipelined in
+//!   batches of 64 (`redis::pipe`), with up to 256 commands awaiting their reply. The
+//!   receiver reads on a connection of its own (`XREADGROUP ... COUNT 64 BLOCK 1000`, the link's read batch and block) and acknowledges
 //!   each batch it read with one `XACK` of all its ids on another connection, sent at once
 //!   (not awaited before the next read), with at most 256 messages read and not yet
 //!   acknowledged (the link's `max_in_flight`).
@@ -69,6 +69,8 @@ use links::{
 const TOPIC: &str = "bench";
 /// The raw publisher's XADDs sent and not yet answered, at most.
 const XADD_WINDOW: usize = 256;
+/// The raw publisher's XADDs per pipeline (as the link's export sends what is queued as one).
+const XADD_PIPE: usize = 64;
 /// The goal: link/raw at least this, per payload (median of the per-round ratios).
 const GOAL: f64 = 0.95;
 /// How long a connection waits for a connect or for a reply (the link's defaults).
@@ -493,19 +495,27 @@ impl Sender {
                 let (streams, tag) = (ctx.streams.clone(), ctx.tag.clone());
                 let connection = connection.clone();
                 tokio::spawn(async move {
+                    // Pipelines of XADD_PIPE commands (one write and one reply batch each),
+                    // with up to XADD_WINDOW commands sent and not yet answered.
                     let mut window = FuturesOrdered::new();
-                    for i in 0..n {
-                        if window.len() == XADD_WINDOW {
+                    let mut i = 0;
+                    while i < n {
+                        if window.len() == XADD_WINDOW / XADD_PIPE {
                             if let Some(reply) = window.next().await {
                                 let reply: redis::RedisResult<()> = reply;
                                 reply.or_fail("raw XADD")?;
                             }
                         }
-                        let id = format!("{tag}-{i}");
-                        let cmd = raw_xadd(&streams, &key, &id, &origin, &body);
+                        let mut pipe = redis::pipe();
+                        for i in i..(i + XADD_PIPE as u64).min(n) {
+                            let id = format!("{tag}-{i}");
+                            pipe.add_command(raw_xadd(&streams, &key, &id, &origin, &body));
+                        }
+                        i = (i + XADD_PIPE as u64).min(n);
                         let mut connection = connection.clone();
-                        window
-                            .push_back(async move { cmd.query_async::<()>(&mut connection).await });
+                        window.push_back(
+                            async move { pipe.query_async::<()>(&mut connection).await },
+                        );
                     }
                     while let Some(reply) = window.next().await {
                         reply.or_fail("raw XADD")?;
@@ -832,9 +842,10 @@ fn bench() -> i32 {
             "load_average_end": load_end,
             "settings": {
                 "raw_xadd_window": XADD_WINDOW,
+                "raw_xadd_pipeline": XADD_PIPE,
                 "raw_acks": "one XACK per batch read, sent without waiting; at most max_in_flight read and unacknowledged",
                 "link_acks": "one XACK of every handled message due, when the settler would wait (the link's settler)",
-                "link_exports": "one XADD per message, awaited (the link's export handler)",
+                "link_exports": "what is queued for the export as one pipeline of XADDs, awaited (the link's batch export handler)",
                 "read_batch": streams.read_batch,
                 "max_in_flight": streams.max_in_flight,
                 "block_ms": streams.block.as_millis() as u64,
