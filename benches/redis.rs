@@ -6,10 +6,10 @@
 //!   multiplexed connection publishes: `XADD` with the fields the link writes (topic, id,
 //!   origin, the same JSON body) and the link's trimming (`MAXLEN ~ 100000`), pipelined in
 //!   batches of 64 (`redis::pipe`), with up to 256 commands awaiting their reply. The
-//!   receiver reads on a connection of its own (`XREADGROUP ... COUNT 64 BLOCK 1000`, the link's read batch and block) and acknowledges
-//!   each batch it read with one `XACK` of all its ids on another connection, sent at once
-//!   (not awaited before the next read), with at most 256 messages read and not yet
-//!   acknowledged (the link's `max_in_flight`).
+//!   receiver reads on a connection of its own (`XREADGROUP ... COUNT 64 BLOCK 1000`, the
+//!   link's read batch and block) and acknowledges each batch it read with one `XACK` of all
+//!   its ids on another connection, sent at once (not awaited before the next read), with at
+//!   most 256 messages read and not yet acknowledged (the link's `max_in_flight`).
 //! - `link`: the link crate with the bus as thin as its API allows: messages published into
 //!   a resolved topic handle whose only subscriber is the link's export; on the other side
 //!   the link's import publishes into a bus whose only subscriber is a counting closure.
