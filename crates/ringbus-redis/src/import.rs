@@ -455,7 +455,12 @@ where
             return true;
         }
     };
-    let message = message_id(&entry.fields).map(Arc::<str>::from);
+    // With no dedup window (`dedup_window: 0`) the id is not needed: no copy of it.
+    let message = if window.capacity == 0 {
+        None
+    } else {
+        message_id(&entry.fields).map(Arc::<str>::from)
+    };
     if let Some(message) = &message {
         if window.is_duplicate(message, &entry.id) {
             add(&link.counters.duplicates);
