@@ -15,7 +15,12 @@
 //! subscribers. Results: a table on stdout, `docs/benchmarks/latency.md` (whose hand-written
 //! sections, from the first `## ` heading on, are kept) and `docs/benchmarks/latency.json`.
 //!
+//! The publisher is a task on the runtime, as in a service, beside the subscriber tasks. It
+//! waits for each intended send time by yielding to the runtime in a loop: a busy loop, which
+//! is why it must not run on a thread of its own (see `Experiment::publisher_thread`).
+//!
 //! `cargo bench -p ringbus-bench --bench latency -- quick` runs shorter (for a smoke test).
+//! The `LATENCY_*` variables of [`Experiment`] run chosen systems and rows, writing nothing.
 //!
 //! `cargo bench -p ringbus-bench --bench latency -- lifo` measures a mechanism instead of a latency: on a
 //! multi-thread runtime, how many messages a publisher that always finds room has published
@@ -145,8 +150,12 @@ async fn wait_until(origin: Instant, at: u64) {
     }
 }
 
-async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize) -> Run {
-    let bus = ringbus::Bus::builder().capacity(1024).build();
+async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize, spin: Option<u32>) -> Run {
+    let mut builder = ringbus::Bus::builder().capacity(1024);
+    if let Some(spin) = spin {
+        builder = builder.spin(spin);
+    }
+    let bus = builder.build();
     // A handler is `Fn(&T)`: it stores its handling times in a preallocated array (plain
     // stores, no lock), turned into histograms after the run. The arrays (1.6 MB each at
     // 200,000 messages) are the harness's, not the bus's: they are allocated and touched
@@ -207,7 +216,12 @@ async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize) -> Run {
         local.merge_into(&recorded);
     }
     drop(subs);
-    finish("ringbus", shape, subscribers, messages, recorded, stall, 0)
+    let name = if spin.is_some() {
+        "ringbus-spin0"
+    } else {
+        "ringbus"
+    };
+    finish(name, shape, subscribers, messages, recorded, stall, 0)
 }
 
 /// A peer as the latency runs drive it: one publishing side, one receiver per subscriber.
@@ -431,6 +445,59 @@ fn finish(
 /// Rounds of each system per row (one in a `quick` run).
 const ROUNDS: usize = 5;
 
+/// An experiment instead of the published run, from the environment; such a run writes
+/// nothing. `LATENCY_SYSTEMS=ringbus,ringbus-spin0,tokio-broadcast` (names from `SYSTEMS`, or
+/// `ringbus-spin0`: ringbus with `Bus::builder().spin(0)`), `LATENCY_ROWS=fixed/8,burst/1`
+/// (shape and subscribers), `LATENCY_ROUNDS=15`.
+#[derive(Default)]
+struct Experiment {
+    systems: Option<Vec<String>>,
+    rows: Option<Vec<String>>,
+    rounds: Option<usize>,
+    /// `LATENCY_PUBLISHER=thread`: the publisher runs where this bench ran it until
+    /// 2026-12-02, in `Runtime::block_on` on the main thread, outside the runtime's two
+    /// workers. Its wait for the next intended time is a busy loop, so the machine's 2 cores
+    /// then had 3 busy threads, and the kernel took a worker (and the subscriber tasks it
+    /// held) off its core for a time slice now and then: millisecond tails in every system
+    /// (see `docs/benchmarks/latency.md`).
+    publisher_thread: bool,
+}
+
+impl Experiment {
+    fn from_env() -> Self {
+        let list = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+        };
+        Self {
+            systems: list("LATENCY_SYSTEMS"),
+            rows: list("LATENCY_ROWS"),
+            rounds: std::env::var("LATENCY_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            publisher_thread: std::env::var("LATENCY_PUBLISHER").is_ok_and(|v| v == "thread"),
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.systems.is_some()
+            || self.rows.is_some()
+            || self.rounds.is_some()
+            || self.publisher_thread
+    }
+
+    /// Whether the row of `shape` with `subscribers` runs.
+    fn wants(&self, shape: &Shape, subscribers: usize) -> bool {
+        let kind = match shape {
+            Shape::Fixed { .. } => "fixed",
+            Shape::Burst { .. } => "burst",
+        };
+        let row = format!("{kind}/{subscribers}");
+        self.rows.as_ref().is_none_or(|rows| rows.contains(&row))
+    }
+}
+
 /// A percentile over the rounds of one row: the median round's value and the spread.
 #[derive(Clone, Copy)]
 struct Spread {
@@ -498,10 +565,10 @@ impl Summary {
 
 /// Issue 11's goal, checked on the medians: in which rows ringbus's e2e p99 and p99.9 are no
 /// worse than every peer's.
-fn verdict(rows: &[Summary]) -> String {
+fn verdict(rows: &[Summary], systems: usize) -> String {
     let mut met = Vec::new();
     let mut missed = Vec::new();
-    for group in rows.chunks(SYSTEMS.len()) {
+    for group in rows.chunks(systems) {
         let Some(ours) = group.iter().find(|r| r.system == "ringbus") else {
             continue;
         };
@@ -615,12 +682,36 @@ fn lifo_experiment(no_lifo: bool) {
 /// One run of `system` (a name from `SYSTEMS`).
 async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usize) -> Run {
     match system {
-        "ringbus" => run_ringbus(shape, messages, subscribers).await,
+        "ringbus" => run_ringbus(shape, messages, subscribers, None).await,
+        // An experiment only (see `Experiment`): subscribers that park at once.
+        "ringbus-spin0" => run_ringbus(shape, messages, subscribers, Some(0)).await,
         "tokio-broadcast" => run_peer::<TokioBroadcast>(shape, messages, subscribers).await,
         "async-broadcast" => run_peer::<AsyncBroadcast>(shape, messages, subscribers).await,
         "kanal-fanout" => run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await,
         _ => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
     }
+}
+
+/// One run of `system`, its publisher a task on `runtime` (as a service publishes), or with
+/// `publisher_thread`, the future `block_on` runs on the calling thread (an experiment: see
+/// `Experiment::publisher_thread`).
+fn run_on(
+    runtime: &tokio::runtime::Runtime,
+    publisher_thread: bool,
+    system: &str,
+    shape: Shape,
+    messages: u64,
+    subscribers: usize,
+) -> Run {
+    if publisher_thread {
+        return runtime.block_on(run_system(system, shape, messages, subscribers));
+    }
+    let system = system.to_string();
+    runtime
+        .block_on(
+            runtime.spawn(async move { run_system(&system, shape, messages, subscribers).await }),
+        )
+        .expect("the publishing task panicked")
 }
 
 fn main() {
@@ -630,7 +721,13 @@ fn main() {
         lifo_experiment(no_lifo);
         return;
     }
-    let rounds = if quick { 1 } else { ROUNDS };
+    let experiment = Experiment::from_env();
+    let rounds = experiment.rounds.unwrap_or(if quick { 1 } else { ROUNDS });
+    let systems: Vec<&str> = experiment
+        .systems
+        .as_ref()
+        .map(|s| s.iter().map(String::as_str).collect())
+        .unwrap_or_else(|| SYSTEMS.to_vec());
     let (messages, rate) = if quick {
         (20_000, 100_000)
     } else {
@@ -659,28 +756,59 @@ fn main() {
     // One short, discarded round of every system first: one-time costs of a process (the
     // runtime's threads starting, ringbus's `membarrier` registration, the allocator's first
     // arenas) belong to no row.
-    for system in SYSTEMS {
+    for system in &systems {
         let warm_up = Shape::Fixed { rate };
-        let _ = runtime.block_on(run_system(system, warm_up, messages / 20, 2));
+        let _ = run_on(
+            &runtime,
+            experiment.publisher_thread,
+            system,
+            warm_up,
+            messages / 20,
+            2,
+        );
     }
     let mut rows = Vec::new();
     for shape in shapes {
         for subscribers in [1, 4, 8] {
+            if !experiment.wants(&shape, subscribers) {
+                continue;
+            }
             // Rounds interleaved (A B C D E, B C D E A, ...): each system runs `rounds` times,
             // and no system is always first or always last after another one.
-            let mut runs: Vec<Vec<Run>> = SYSTEMS.iter().map(|_| Vec::new()).collect();
+            let mut runs: Vec<Vec<Run>> = systems.iter().map(|_| Vec::new()).collect();
             for round in 0..rounds {
-                for k in 0..SYSTEMS.len() {
-                    let i = (round + k) % SYSTEMS.len();
+                for k in 0..systems.len() {
+                    let i = (round + k) % systems.len();
                     eprintln!(
                         "latency: {} / {subscribers} subscribers / {} (round {}/{rounds})",
                         shape.name(),
-                        SYSTEMS[i],
+                        systems[i],
                         round + 1
                     );
-                    let run =
-                        runtime.block_on(run_system(SYSTEMS[i], shape, messages, subscribers));
+                    let run = run_on(
+                        &runtime,
+                        experiment.publisher_thread,
+                        systems[i],
+                        shape,
+                        messages,
+                        subscribers,
+                    );
                     runs[i].push(run);
+                }
+            }
+            if experiment.is_set() {
+                // Each round's e2e p99, in µs, to see how the rounds spread.
+                for r in &runs {
+                    let p99: Vec<String> = r
+                        .iter()
+                        .map(|run| format!("{:.0}", us(run.e2e.value_at_quantile(0.99))))
+                        .collect();
+                    eprintln!(
+                        "rounds: {} / {subscribers} / {}: p99 {}",
+                        shape.name(),
+                        r[0].system,
+                        p99.join(" ")
+                    );
                 }
             }
             rows.extend(runs.iter().map(|r| Summary::of(r)));
@@ -729,14 +857,14 @@ fn main() {
             r.lost
         ));
     }
-    let verdict = verdict(&rows);
+    let verdict = verdict(&rows, systems.len());
     println!("{table}");
     println!("{verdict}");
 
     // `cargo bench` passes `--bench`; `cargo test --benches` (a smoke run of a debug build)
     // does not: only a benchmark run writes the published figures.
     let benchmark = std::env::args().any(|a| a == "--bench");
-    if quick || no_lifo || !benchmark {
+    if quick || no_lifo || !benchmark || experiment.is_set() {
         return; // a smoke run or an experiment: do not overwrite the published figures
     }
     // The workspace's docs/benchmarks, wherever cargo runs the bench from.
@@ -766,8 +894,9 @@ fn main() {
         .unwrap_or_default();
     let md = format!(
         "# Latency\n\nMeasured by `just latency` (`benches/latency.rs`) on {date}: {cpu}, {cores} cores, \
-         release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; \
-         {messages} messages per round; queues of 1024.\n\n\
+         release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; the \
+         publisher and the subscribers are tasks on it; {messages} messages per round; queues \
+         of 1024.\n\n\
          Times in microseconds. *e2e*: handling time minus the **intended** send time (from the \
          schedule, so a stalled publisher cannot hide queueing: coordinated omission is \
          accounted for). *stall*: publish completion minus intended send time. *lag*: handling \
