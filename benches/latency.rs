@@ -217,7 +217,7 @@ async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize, spin: Opti
     }
     drop(subs);
     let name = if spin.is_some() {
-        "ringbus-spin0"
+        "ringbus-spin16"
     } else {
         "ringbus"
     };
@@ -446,8 +446,8 @@ fn finish(
 const ROUNDS: usize = 5;
 
 /// An experiment instead of the published run, from the environment; such a run writes
-/// nothing. `LATENCY_SYSTEMS=ringbus,ringbus-spin0,tokio-broadcast` (names from `SYSTEMS`, or
-/// `ringbus-spin0`: ringbus with `Bus::builder().spin(0)`), `LATENCY_ROWS=fixed/8,burst/1`
+/// nothing. `LATENCY_SYSTEMS=ringbus,ringbus-spin16,tokio-broadcast` (names from `SYSTEMS`, or
+/// `ringbus-spin16`: ringbus with `Bus::builder().spin(16)`), `LATENCY_ROWS=fixed/8,burst/1`
 /// (shape and subscribers), `LATENCY_ROUNDS=15`.
 #[derive(Default)]
 struct Experiment {
@@ -683,8 +683,9 @@ fn lifo_experiment(no_lifo: bool) {
 async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usize) -> Run {
     match system {
         "ringbus" => run_ringbus(shape, messages, subscribers, None).await,
-        // An experiment only (see `Experiment`): subscribers that park at once.
-        "ringbus-spin0" => run_ringbus(shape, messages, subscribers, Some(0)).await,
+        // An experiment only (see `Experiment`): subscribers that spin as the bus's default
+        // had them spin until 2026-12-02.
+        "ringbus-spin16" => run_ringbus(shape, messages, subscribers, Some(16)).await,
         "tokio-broadcast" => run_peer::<TokioBroadcast>(shape, messages, subscribers).await,
         "async-broadcast" => run_peer::<AsyncBroadcast>(shape, messages, subscribers).await,
         "kanal-fanout" => run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await,
