@@ -852,8 +852,9 @@ fn method(rounds: &str, target_ms: &str) -> String {
 fn latency_section(lat: &Value) -> String {
     let mut s = String::from(
         "### Latency (folded in from `latency.json`)\n\n\
-         Measured separately by `just latency` (`benches/latency.rs`, one run, not \
-         interleaved rounds): end-to-end latency from the message's *intended* send time \
+         Measured separately by `just latency` (`benches/latency.rs`: its own run, five \
+         interleaved rounds per row, medians; the publisher and the subscribers are tasks on \
+         a 2-worker runtime): end-to-end latency from the message's *intended* send time \
          (coordinated omission accounted for), writer stall and reader lag, in microseconds. \
          See `latency.md` for the method.\n\n",
     );
