@@ -470,12 +470,30 @@ impl Experiment {
                 .ok()
                 .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
         };
+        let systems: Option<Vec<String>> = list("LATENCY_SYSTEMS");
+        for name in systems.iter().flatten() {
+            assert!(
+                SYSTEMS.contains(&name.as_str()) || name == "ringbus-spin16",
+                "LATENCY_SYSTEMS: no system {name:?} (there are {SYSTEMS:?} and ringbus-spin16)"
+            );
+        }
+        let rows: Option<Vec<String>> = list("LATENCY_ROWS");
+        for row in rows.iter().flatten() {
+            let known = ["fixed", "burst"]
+                .iter()
+                .any(|kind| [1, 4, 8].iter().any(|n| *row == format!("{kind}/{n}")));
+            assert!(
+                known,
+                "LATENCY_ROWS: no row {row:?} (fixed/1, fixed/4, ..., burst/8)"
+            );
+        }
         Self {
-            systems: list("LATENCY_SYSTEMS"),
-            rows: list("LATENCY_ROWS"),
+            systems,
+            rows,
             rounds: std::env::var("LATENCY_ROUNDS")
                 .ok()
-                .and_then(|v| v.parse().ok()),
+                .and_then(|v| v.parse().ok())
+                .map(|n: usize| n.max(1)),
             publisher_thread: std::env::var("LATENCY_PUBLISHER").is_ok_and(|v| v == "thread"),
         }
     }
