@@ -114,6 +114,15 @@ impl Window {
         }
     }
 
+    /// The message id this window tracks for an entry with `fields`, copied out once: none
+    /// when dedup is off (`dedup_window: 0`), so an import without it copies no id.
+    fn tracked(&self, fields: &Fields) -> Option<Arc<str>> {
+        if self.capacity == 0 {
+            return None;
+        }
+        message_id(fields).map(Arc::<str>::from)
+    }
+
     fn is_duplicate(&self, message: &str, entry: &str) -> bool {
         self.entries
             .get(message)
@@ -455,12 +464,7 @@ where
             return true;
         }
     };
-    // With no dedup window (`dedup_window: 0`) the id is not needed: no copy of it.
-    let message = if window.capacity == 0 {
-        None
-    } else {
-        message_id(&entry.fields).map(Arc::<str>::from)
-    };
+    let message = window.tracked(&entry.fields);
     if let Some(message) = &message {
         if window.is_duplicate(message, &entry.id) {
             add(&link.counters.duplicates);
@@ -710,7 +714,7 @@ mod tests {
 
     use redis::Value;
 
-    use super::{read_reply, Window};
+    use super::{read_reply, Fields, Window};
 
     #[test]
     fn the_window_drops_other_entries_with_a_seen_id_and_forgets_the_oldest() {
@@ -729,6 +733,14 @@ mod tests {
         let mut off = Window::new(0);
         off.remember(&id("a"), "1-0");
         assert!(!off.is_duplicate("a", "2-0"));
+        let fields: Fields = [(
+            ringbus_link::names::ID.to_string(),
+            Value::BulkString(b"m".to_vec()),
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(w.tracked(&fields).as_deref(), Some("m"));
+        assert_eq!(off.tracked(&fields), None, "no id copied with dedup off");
     }
 
     #[test]
