@@ -150,7 +150,18 @@ async fn wait_until(origin: Instant, at: u64) {
     }
 }
 
-async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize, spin: Option<u32>) -> Run {
+/// ringbus with its subscribers spinning as the bus's default had them spin until
+/// 2026-12-02 (`Bus::builder().spin(16)`): an experiment only (see `Experiment`).
+const RINGBUS_SPIN16: &str = "ringbus-spin16";
+
+/// A ringbus run, as `name`; `spin`: the bus's `spin`, if not its default.
+async fn run_ringbus(
+    name: &'static str,
+    spin: Option<u32>,
+    shape: Shape,
+    messages: u64,
+    subscribers: usize,
+) -> Run {
     let mut builder = ringbus::Bus::builder().capacity(1024);
     if let Some(spin) = spin {
         builder = builder.spin(spin);
@@ -216,11 +227,6 @@ async fn run_ringbus(shape: Shape, messages: u64, subscribers: usize, spin: Opti
         local.merge_into(&recorded);
     }
     drop(subs);
-    let name = if spin.is_some() {
-        "ringbus-spin16"
-    } else {
-        "ringbus"
-    };
     finish(name, shape, subscribers, messages, recorded, stall, 0)
 }
 
@@ -473,8 +479,8 @@ impl Experiment {
         let systems: Option<Vec<String>> = list("LATENCY_SYSTEMS");
         for name in systems.iter().flatten() {
             assert!(
-                SYSTEMS.contains(&name.as_str()) || name == "ringbus-spin16",
-                "LATENCY_SYSTEMS: no system {name:?} (there are {SYSTEMS:?} and ringbus-spin16)"
+                SYSTEMS.contains(&name.as_str()) || name == RINGBUS_SPIN16,
+                "LATENCY_SYSTEMS: no system {name:?} (there are {SYSTEMS:?} and {RINGBUS_SPIN16})"
             );
         }
         let rows: Option<Vec<String>> = list("LATENCY_ROWS");
@@ -700,14 +706,13 @@ fn lifo_experiment(no_lifo: bool) {
 /// One run of `system` (a name from `SYSTEMS`).
 async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usize) -> Run {
     match system {
-        "ringbus" => run_ringbus(shape, messages, subscribers, None).await,
-        // An experiment only (see `Experiment`): subscribers that spin as the bus's default
-        // had them spin until 2026-12-02.
-        "ringbus-spin16" => run_ringbus(shape, messages, subscribers, Some(16)).await,
+        "ringbus" => run_ringbus("ringbus", None, shape, messages, subscribers).await,
+        RINGBUS_SPIN16 => run_ringbus(RINGBUS_SPIN16, Some(16), shape, messages, subscribers).await,
         "tokio-broadcast" => run_peer::<TokioBroadcast>(shape, messages, subscribers).await,
         "async-broadcast" => run_peer::<AsyncBroadcast>(shape, messages, subscribers).await,
         "kanal-fanout" => run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await,
-        _ => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
+        "tokio-mpsc-fanout" => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
+        other => unreachable!("no system {other:?} (`Experiment::from_env` checks the names)"),
     }
 }
 
