@@ -111,10 +111,6 @@ impl Local {
         }
     }
 
-    fn record(&mut self, origin: Instant, stamp: &Stamp) {
-        self.record_at(origin.elapsed().as_nanos() as u64, stamp);
-    }
-
     fn record_at(&mut self, now: u64, stamp: &Stamp) {
         let _ = self.e2e.record(now.saturating_sub(stamp.intended).max(1));
         let _ = self.lag.record(now.saturating_sub(stamp.started).max(1));
@@ -130,6 +126,50 @@ impl Local {
         }
         shared.received.fetch_add(self.received, Ordering::Relaxed);
     }
+}
+
+/// Where one subscriber writes the time it handled each message: plain stores into an array
+/// indexed by the message's number, the same for every system, turned into histograms after
+/// the run ([`recorded`]). The arrays (1.6 MB each at 200,000 messages) are the harness's,
+/// not the system's: they are allocated and touched before the schedule starts, or their page
+/// faults would count as publisher lateness.
+#[derive(Clone)]
+struct Times(Arc<[AtomicU64]>);
+
+impl Times {
+    fn new(messages: u64) -> Self {
+        Self((0..messages).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Message `seq` is handled now.
+    #[inline]
+    fn handled(&self, origin: Instant, seq: u64) {
+        let now = origin.elapsed().as_nanos() as u64;
+        self.0[seq as usize].store(now, Ordering::Relaxed);
+    }
+}
+
+/// The histograms of every subscriber's handling times, after the run. A message a subscriber
+/// never handled (lost by a lossy peer, or a bug) is not counted: `finish` checks the count.
+fn recorded(shape: Shape, started_at: &[u64], subscribers: Vec<Times>) -> Arc<Recorded> {
+    let recorded = Recorded::new();
+    for times in subscribers {
+        let mut local = Local::new();
+        for (seq, at) in times.0.iter().enumerate() {
+            let at = at.load(Ordering::Relaxed);
+            if at == 0 {
+                continue;
+            }
+            let stamp = Stamp {
+                seq: seq as u64,
+                intended: shape.intended(seq as u64),
+                started: started_at[seq],
+            };
+            local.record_at(at, &stamp);
+        }
+        local.merge_into(&recorded);
+    }
+    recorded
 }
 
 struct Run {
@@ -162,32 +202,23 @@ async fn run_ringbus(
     messages: u64,
     subscribers: usize,
 ) -> Run {
-    let mut builder = ringbus::Bus::builder().capacity(1024);
+    let mut builder = ringbus::Bus::builder().capacity(CAPACITY);
     if let Some(spin) = spin {
         builder = builder.spin(spin);
     }
     let bus = builder.build();
-    // A handler is `Fn(&T)`: it stores its handling times in a preallocated array (plain
-    // stores, no lock), turned into histograms after the run. The arrays (1.6 MB each at
-    // 200,000 messages) are the harness's, not the bus's: they are allocated and touched
-    // before the schedule starts, or their page faults would count as publisher lateness.
-    let recorders: Vec<Arc<[AtomicU64]>> = (0..subscribers)
-        .map(|_| (0..messages).map(|_| AtomicU64::new(0)).collect())
-        .collect();
+    let handled_at: Vec<Times> = (0..subscribers).map(|_| Times::new(messages)).collect();
     let origin = Instant::now();
-    let mut handled_at = Vec::new();
     let mut subs = Vec::new();
-    for times in recorders {
-        let handler_times = times.clone();
+    for times in &handled_at {
+        let times = times.clone();
         let sub = bus
             .subscribe("latency", move |stamp: &Stamp| {
-                let now = origin.elapsed().as_nanos() as u64;
-                handler_times[stamp.seq as usize].store(now, Ordering::Relaxed);
+                times.handled(origin, stamp.seq);
                 std::future::ready(())
             })
             .expect("subscribe");
         subs.push(sub);
-        handled_at.push(times);
     }
     let topic = bus.topic::<Stamp>("latency").expect("topic");
     let mut stall = histogram();
@@ -209,23 +240,7 @@ async fn run_ringbus(
         let _ = stall.record(done.saturating_sub(intended).max(1));
     }
     bus.close().await;
-    let recorded = Recorded::new();
-    for times in handled_at {
-        let mut local = Local::new();
-        for (seq, at) in times.iter().enumerate() {
-            let at = at.load(Ordering::Relaxed);
-            if at == 0 {
-                continue; // never handled: the count check in `finish` reports it
-            }
-            let stamp = Stamp {
-                seq: seq as u64,
-                intended: shape.intended(seq as u64),
-                started: started_at[seq],
-            };
-            local.record_at(at, &stamp);
-        }
-        local.merge_into(&recorded);
-    }
+    let recorded = recorded(shape, &started_at, handled_at);
     drop(subs);
     finish(name, shape, subscribers, messages, recorded, stall, 0)
 }
@@ -240,9 +255,22 @@ trait Peer {
     fn build(subscribers: usize, lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>);
     /// Publishes to every subscriber (waiting for room, where the peer has backpressure).
     fn publish(tx: &Self::Tx, stamp: Stamp) -> impl Future<Output = ()>;
-    /// The next message, or `None` once the publishing side is gone and all was read.
-    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send;
+    /// Handles every message until the publishing side is gone and all was read, taking
+    /// what is there in one go with the peer's batch receive where it has one (as the
+    /// comparison runner's subscribers do).
+    fn consume(
+        rx: Self::Rx,
+        handle: impl FnMut(Stamp) + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static;
 }
+
+/// A fan-out subscriber's batch buffer, allocated before the schedule starts.
+fn batch_buffer() -> Vec<Stamp> {
+    Vec::with_capacity(CAPACITY)
+}
+
+/// Every system's queue: 1024 messages.
+const CAPACITY: usize = 1024;
 
 /// `tokio::sync::broadcast`: lossy, so a lagging subscriber counts what it lost.
 struct TokioBroadcast;
@@ -253,7 +281,7 @@ impl Peer for TokioBroadcast {
     type Rx = (tokio::sync::broadcast::Receiver<Stamp>, Arc<AtomicU64>);
 
     fn build(subscribers: usize, lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>) {
-        let (tx, _) = tokio::sync::broadcast::channel(1024);
+        let (tx, _) = tokio::sync::broadcast::channel(CAPACITY);
         let rxs = (0..subscribers)
             .map(|_| (tx.subscribe(), lost.clone()))
             .collect();
@@ -264,15 +292,16 @@ impl Peer for TokioBroadcast {
         let _ = tx.send(stamp);
     }
 
-    async fn recv((rx, lost): &mut Self::Rx) -> Option<Stamp> {
+    /// One message at a time: tokio's broadcast has no batch receive.
+    async fn consume((mut rx, lost): Self::Rx, mut handle: impl FnMut(Stamp) + Send + 'static) {
         use tokio::sync::broadcast::error::RecvError;
         loop {
             match rx.recv().await {
-                Ok(stamp) => return Some(stamp),
+                Ok(stamp) => handle(stamp),
                 Err(RecvError::Lagged(n)) => {
                     lost.fetch_add(n, Ordering::Relaxed);
                 }
-                Err(RecvError::Closed) => return None,
+                Err(RecvError::Closed) => return,
             }
         }
     }
@@ -287,7 +316,7 @@ impl Peer for AsyncBroadcast {
     type Rx = async_broadcast::Receiver<Stamp>;
 
     fn build(subscribers: usize, _lost: &Arc<AtomicU64>) -> (Self::Tx, Vec<Self::Rx>) {
-        let (mut tx, rx) = async_broadcast::broadcast(1024);
+        let (mut tx, rx) = async_broadcast::broadcast(CAPACITY);
         tx.set_overflow(false); // the default, stated
         let rxs = (0..subscribers).map(|_| rx.clone()).collect();
         (tx, rxs) // `rx` is dropped here: only the subscribers' receivers hold messages
@@ -297,8 +326,11 @@ impl Peer for AsyncBroadcast {
         tx.broadcast(stamp).await.expect("broadcast");
     }
 
-    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
-        rx.recv().await.ok()
+    /// One message at a time: `async-broadcast` has no batch receive.
+    async fn consume(mut rx: Self::Rx, mut handle: impl FnMut(Stamp) + Send + 'static) {
+        while let Ok(stamp) = rx.recv().await {
+            handle(stamp);
+        }
     }
 }
 
@@ -312,7 +344,10 @@ trait Channel {
     type Rx: Send + 'static;
     fn channel() -> (Self::Tx, Self::Rx);
     fn send(tx: &Self::Tx, stamp: Stamp) -> impl Future<Output = ()>;
-    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send;
+    fn consume(
+        rx: Self::Rx,
+        handle: impl FnMut(Stamp) + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static;
 }
 
 impl<C: Channel> Peer for Fanout<C> {
@@ -330,8 +365,11 @@ impl<C: Channel> Peer for Fanout<C> {
         }
     }
 
-    fn recv(rx: &mut Self::Rx) -> impl Future<Output = Option<Stamp>> + Send {
-        C::recv(rx)
+    fn consume(
+        rx: Self::Rx,
+        handle: impl FnMut(Stamp) + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        C::consume(rx, handle)
     }
 }
 
@@ -344,15 +382,19 @@ impl Channel for TokioMpsc {
     type Rx = tokio::sync::mpsc::Receiver<Stamp>;
 
     fn channel() -> (Self::Tx, Self::Rx) {
-        tokio::sync::mpsc::channel(1024)
+        tokio::sync::mpsc::channel(CAPACITY)
     }
 
     async fn send(tx: &Self::Tx, stamp: Stamp) {
         tx.send(stamp).await.expect("send");
     }
 
-    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
-        rx.recv().await
+    /// `recv_many`: everything there, in one go.
+    async fn consume(mut rx: Self::Rx, mut handle: impl FnMut(Stamp) + Send + 'static) {
+        let mut buf = batch_buffer();
+        while rx.recv_many(&mut buf, CAPACITY).await > 0 {
+            buf.drain(..).for_each(&mut handle);
+        }
     }
 }
 
@@ -365,43 +407,48 @@ impl Channel for Kanal {
     type Rx = kanal::AsyncReceiver<Stamp>;
 
     fn channel() -> (Self::Tx, Self::Rx) {
-        kanal::bounded_async(1024)
+        kanal::bounded_async(CAPACITY)
     }
 
     async fn send(tx: &Self::Tx, stamp: Stamp) {
         tx.send(stamp).await.expect("send");
     }
 
-    async fn recv(rx: &mut Self::Rx) -> Option<Stamp> {
-        rx.recv().await.ok()
+    /// `recv` for the first message, then `drain_into` for what else is there.
+    async fn consume(rx: Self::Rx, mut handle: impl FnMut(Stamp) + Send + 'static) {
+        let mut buf = batch_buffer();
+        while let Ok(stamp) = rx.recv().await {
+            handle(stamp);
+            let _ = rx.drain_into(&mut buf);
+            buf.drain(..).for_each(&mut handle);
+        }
     }
 }
 
 /// One run of a peer: its subscribers as tasks recording what they receive, the publisher on
 /// the schedule.
 async fn run_peer<P: Peer>(shape: Shape, messages: u64, subscribers: usize) -> Run {
-    let recorded = Recorded::new();
     let lost = Arc::new(AtomicU64::new(0));
+    let handled_at: Vec<Times> = (0..subscribers).map(|_| Times::new(messages)).collect();
     let origin = Instant::now();
     let (tx, rxs) = P::build(subscribers, &lost);
     let tasks: Vec<_> = rxs
         .into_iter()
-        .map(|mut rx| {
-            let recorded = recorded.clone();
-            tokio::spawn(async move {
-                let mut local = Local::new();
-                while let Some(stamp) = P::recv(&mut rx).await {
-                    local.record(origin, &stamp);
-                }
-                local.merge_into(&recorded);
-            })
+        .zip(&handled_at)
+        .map(|(rx, times)| {
+            let times = times.clone();
+            tokio::spawn(P::consume(rx, move |stamp| {
+                times.handled(origin, stamp.seq)
+            }))
         })
         .collect();
     let mut stall = histogram();
+    let mut started_at = Vec::with_capacity(messages as usize);
     for seq in 0..messages {
         let intended = shape.intended(seq);
         wait_until(origin, intended).await;
         let started = origin.elapsed().as_nanos() as u64;
+        started_at.push(started);
         let stamp = Stamp {
             seq,
             intended,
@@ -413,8 +460,9 @@ async fn run_peer<P: Peer>(shape: Shape, messages: u64, subscribers: usize) -> R
     }
     drop(tx);
     for t in tasks {
-        let _ = t.await;
+        t.await.expect("a subscriber panicked");
     }
+    let recorded = recorded(shape, &started_at, handled_at);
     let lost = lost.load(Ordering::Relaxed);
     finish(P::NAME, shape, subscribers, messages, recorded, stall, lost)
 }
