@@ -968,6 +968,11 @@ fn conclusions(all: &[Row]) -> String {
          - **Not allowed:** reading `publish_unbuffered` as like for like (different \
          promises, see Method), or the disruptor's figures with more than one consumer as the \
          crate's best (it wants a core per consumer).\n\
+         - **Not allowed:** reading `kanal-fanout`'s lead as cheaper delivery alone. kanal's \
+         `send` and `recv` spend no tokio cooperative budget; ringbus's publishes and \
+         subscribers do (guarantee 11), as tokio's own channels do. Without its budget \
+         ringbus ran up to twice as fast in the many-publisher rows, and still behind kanal: \
+         see `bus.md`, \"what guarantee 11 costs\".\n\
          - **Not covered:** latency under load (see the latency table and `latency.md`), \
          machines with more cores (where readers and writers stop time-sharing), message \
          types other than `u64`, and the cost of the handlers themselves (they only count).\n",
