@@ -502,7 +502,7 @@ const ROUNDS: usize = 5;
 /// An experiment instead of the published run, from the environment; such a run writes
 /// nothing. `LATENCY_SYSTEMS=ringbus,ringbus-spin16,tokio-broadcast` (names from `SYSTEMS`, or
 /// `ringbus-spin16`: ringbus with `Bus::builder().spin(16)`), `LATENCY_ROWS=fixed/8,burst/1`
-/// (shape and subscribers), `LATENCY_ROUNDS=15`.
+/// (shape and subscribers), `LATENCY_ROUNDS=15`. It prints every round's e2e p99 and p99.9.
 #[derive(Default)]
 struct Experiment {
     systems: Option<Vec<String>>,
@@ -869,17 +869,20 @@ fn main() {
                 }
             }
             if experiment.is_set() {
-                // Each round's e2e p99, in µs, to see how the rounds spread.
+                // Each round's e2e p99 and p99.9, in µs, to see how the rounds spread.
                 for r in &runs {
-                    let p99: Vec<String> = r
-                        .iter()
-                        .map(|run| format!("{:.0}", us(run.e2e.value_at_quantile(0.99))))
-                        .collect();
+                    let at = |q: f64| {
+                        r.iter()
+                            .map(|run| format!("{:.0}", us(run.e2e.value_at_quantile(q))))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    };
                     eprintln!(
-                        "rounds: {} / {subscribers} / {}: p99 {}",
+                        "rounds: {} / {subscribers} / {}: p99 {}; p99.9 {}",
                         shape.name(),
                         r[0].system,
-                        p99.join(" ")
+                        at(0.99),
+                        at(0.999)
                     );
                 }
             }
