@@ -54,6 +54,10 @@ impl AtomicWaker {
             .unwrap_or_else(|actual| actual)
         {
             WAITING => {
+                // A waker's `clone` (or the old waker's drop) is user code and may panic: the
+                // lock is then given back as the panic unwinds, or the slot would stay
+                // REGISTERING for good, and no later reader of the slot could be woken.
+                let unlock = GiveBack(self);
                 // SAFETY: we hold REGISTERING; a concurrent `wake` only sets its bit and
                 // leaves `waker` to us.
                 self.waker.with_mut(|cell| unsafe {
@@ -62,6 +66,7 @@ impl AtomicWaker {
                         _ => *cell = Some(waker.clone()),
                     }
                 });
+                std::mem::forget(unlock);
                 if let Err(actual) = self.state.compare_exchange(
                     REGISTERING,
                     WAITING,
@@ -111,6 +116,16 @@ impl AtomicWaker {
             }
             _ => None,
         }
+    }
+}
+
+/// Gives `REGISTERING` back if a registration unwinds (see `register`). A wake that arrived
+/// meanwhile is dropped with it: the registration it was meant for never completed.
+struct GiveBack<'a>(&'a AtomicWaker);
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        self.0.state.swap(WAITING, Ordering::AcqRel);
     }
 }
 

@@ -119,18 +119,24 @@ impl<T> Shared<T> {
         spin: u32,
         max_readers: usize,
         fences: Fences,
-        mut fill: Option<&mut dyn FnMut() -> T>,
+        fill: Option<&mut dyn FnMut() -> T>,
     ) -> Self {
         crate::sync::init_fences();
         let lazy = fill.is_none();
-        let slots = (0..capacity)
-            .map(|_| {
-                UnsafeCell::new(match fill.as_mut() {
-                    Some(f) => MaybeUninit::new(f()),
-                    None => MaybeUninit::uninit(),
-                })
-            })
-            .collect();
+        let slots = match fill {
+            // Made into a `Vec<T>` first, so that a factory that panics partway has the values
+            // it already made dropped as the panic unwinds (a `MaybeUninit` would leak them).
+            // The `Vec`'s buffer is reused for the cells, which have `T`'s layout.
+            Some(f) => (0..capacity)
+                .map(|_| f())
+                .collect::<Vec<T>>()
+                .into_iter()
+                .map(|value| UnsafeCell::new(MaybeUninit::new(value)))
+                .collect(),
+            None => (0..capacity)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
+        };
         // SAFETY: the root has no upstream.
         let root = Box::into_raw(Box::new(unsafe {
             Group::new(WRITER_SOURCE + 1, ptr::null())
@@ -484,11 +490,32 @@ impl<T> Drop for Shared<T> {
         } else {
             self.capacity
         };
-        for cell in &mut self.slots[..held] {
-            // SAFETY: `held` counts exactly the slots holding a value (see `lazy`), and with
-            // `&mut self` no reader or writer is left.
+        // A value whose drop panics does not leak the rest: as with a `Vec`, they are dropped
+        // while that panic unwinds (`HeldValues`'s drop).
+        let mut held = HeldValues(self.slots[..held].iter_mut());
+        held.drop_all();
+    }
+}
+
+/// The slots of a dropped ring that still hold a value; see `Shared::drop`.
+struct HeldValues<'a, T>(std::slice::IterMut<'a, UnsafeCell<MaybeUninit<T>>>);
+
+impl<T> HeldValues<'_, T> {
+    fn drop_all(&mut self) {
+        for cell in &mut self.0 {
+            // SAFETY: `Shared::drop` passes exactly the slots holding a value (see `lazy`),
+            // each once (the iterator moves past a slot before its value is dropped), and
+            // with `&mut Shared` no reader or writer is left.
             unsafe { cell.get_mut().assume_init_drop() };
         }
+    }
+}
+
+impl<T> Drop for HeldValues<'_, T> {
+    /// Runs only if a value's drop panicked in `drop_all` (otherwise nothing is left): drops
+    /// the values after it. A second panic there aborts, as it would in a `Vec`.
+    fn drop(&mut self) {
+        self.drop_all();
     }
 }
 

@@ -465,3 +465,54 @@ fn values_cross_threads_and_are_dropped_once() {
     drop((first, second));
     t.assert_all_dropped_once();
 }
+
+#[test]
+fn a_panicking_factory_drops_the_values_it_already_made() {
+    // The factory's third value panics: the ring is never built, and the two values made
+    // before it are dropped as the panic unwinds, not leaked.
+    let t = Tracker::default();
+    let source = t.clone();
+    let built = catch_unwind(AssertUnwindSafe(|| {
+        Builder::new(4).build_with(move || {
+            assert!(source.created() < 2, "the factory fails");
+            source.make()
+        })
+    }));
+    assert!(built.is_err());
+    assert_eq!(t.created(), 2);
+    t.assert_all_dropped_once();
+}
+
+/// A value whose drop panics the first time one of them is dropped (the rest are counted).
+struct PanicsOnce {
+    /// Held for its drop, which the tracker counts.
+    _counted: Counted,
+    first: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for PanicsOnce {
+    fn drop(&mut self) {
+        if self.first.swap(false, Ordering::SeqCst) {
+            panic!("a value's drop fails");
+        }
+    }
+}
+
+#[test]
+fn a_value_whose_drop_panics_does_not_leak_the_others() {
+    // The ring's values are dropped with it; the first one's drop panics. As with a `Vec`,
+    // the other slots' values are still dropped while that panic unwinds.
+    let t = Tracker::default();
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (source, armed) = (t.clone(), first.clone());
+    let (writer, stage) = Builder::new(4).build_with(move || PanicsOnce {
+        _counted: source.make(),
+        first: armed.clone(),
+    });
+    assert_eq!(t.created(), 4);
+    let dropped = catch_unwind(AssertUnwindSafe(move || drop((writer, stage))));
+    assert!(dropped.is_err(), "the value's drop did not panic");
+    // Every value's `Counted` is dropped once: the panicking one's field too (drop glue
+    // still drops the fields of a value whose `Drop::drop` panicked).
+    t.assert_all_dropped_once();
+}

@@ -483,3 +483,51 @@ fn blocking_publish_is_released_by_a_reader_on_another_thread() {
     drop(writer);
     assert_eq!(consumer.join().unwrap(), (0..100).collect::<Vec<_>>());
 }
+
+/// A reader whose waker panics when cloned (at registration) leaves its slot to the next
+/// reader in working order: that reader parks and is woken like any other.
+#[test]
+fn a_waker_that_panics_when_cloned_does_not_break_the_slot_for_the_next_reader() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, RawWaker, RawWakerVTable, Waker};
+
+    fn panicking_clone(_: *const ()) -> RawWaker {
+        panic!("this waker cannot be cloned");
+    }
+    fn nothing(_: *const ()) {}
+    static PANICKING: RawWakerVTable =
+        RawWakerVTable::new(panicking_clone, nothing, nothing, nothing);
+    // SAFETY: the vtable's functions ignore the data pointer.
+    let bad = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &PANICKING)) };
+
+    struct Count(AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let woken = Arc::new(Count(AtomicUsize::new(0)));
+    let good = Waker::from(woken.clone());
+
+    let (mut writer, stage) = ringbus_core::Builder::new(4).spin(0).build::<u64>();
+    let mut first = stage.reader().unwrap();
+    let registered = catch_unwind(AssertUnwindSafe(|| {
+        first.poll_ready(&mut Context::from_waker(&bad))
+    }));
+    assert!(registered.is_err(), "the waker's clone did not panic");
+    drop(first);
+
+    // The next reader takes the same slot (the only free one it could reuse first).
+    let mut next = stage.reader().unwrap();
+    assert!(next
+        .poll_ready(&mut Context::from_waker(&good))
+        .is_pending());
+    writer.try_publish(1).unwrap();
+    assert!(
+        woken.0.load(Ordering::SeqCst) >= 1,
+        "the next reader was never woken"
+    );
+    assert!(next.try_recv().is_ok());
+}
