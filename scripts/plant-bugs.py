@@ -235,6 +235,39 @@ BUGS = [
      ({}, ["cargo", "test", "-q", "-p", "ringbus-redis", "--features", "tls", "--test", "redis",
            "--", "--exact",
            "streams::tls_round_trips_through_a_tls_only_server_whose_certificate_is_verified"])),
+    ("ring: a waker registration that unwinds keeps the slot's lock",
+     CORE + "atomic_waker.rs",
+     "                let unlock = GiveBack(self);\n",
+     "                let unlock = ();\n",
+     plain("ringbus-core", "poll",
+           "a_waker_that_panics_when_cloned_does_not_break_the_slot_for_the_next_reader")),
+    ("ring: a dropped ring stops at the first value whose drop panics",
+     CORE + "shared.rs",
+     "    fn drop(&mut self) {\n        self.drop_all();\n    }\n",
+     "    fn drop(&mut self) {}\n",
+     plain("ringbus-core", "drops", "a_value_whose_drop_panics_does_not_leak_the_others")),
+    ("bus: a batch that fills the ring exactly waits for more room",
+     BUS + "topic.rs",
+     "                        None => return Ok(total),\n"
+     "                    }\n"
+     "                    continue;\n",
+     "                        None => {}\n"
+     "                    }\n"
+     "                    continue;\n",
+     plain("ringbus-suite", "suite",
+           "backpressure::a_batch_that_exactly_fills_the_room_returns_without_waiting")),
+    ("bus: a topic handle's subscribe with a retry policy skips the timer check",
+     BUS + "topic.rs",
+     "        self.state.stall_timeout(&options)?;\n        // A retry policy",
+     "        // A retry policy",
+     plain("ringbus-suite", "suite",
+           "no_runtime::a_retry_policy_without_a_time_driver_is_an_error")),
+    ("bus subscriber: a stall timeout past the clock's range overflows",
+     BUS + "subscriber.rs",
+     "        let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {",
+     "        let Some(deadline) = Some(tokio::time::Instant::now() + timeout) else {",
+     plain("ringbus-suite", "suite",
+           "backpressure::a_stall_timeout_too_long_for_the_clock_never_fires")),
 ]
 
 

@@ -511,3 +511,64 @@ async fn a_handler_that_spends_its_whole_budget_on_every_poll_is_still_timed_out
         "the stall timeout never fired: {stats:?}"
     );
 }
+
+/// A batch that exactly fills the room left returns at once with everything published: it
+/// does not wait for more room it does not need (and so is not cancelled while waiting for
+/// it, reporting `Cancelled` for a batch that was in fact published). Then a batch one
+/// message longer than the room waits for a slot, and gives back only that last message if
+/// cancelled.
+#[tokio::test]
+async fn a_batch_that_exactly_fills_the_room_returns_without_waiting() {
+    let bus = Bus::builder().capacity(4).build();
+    let gate = Gate::closed();
+    let mut slow = gated(&bus, "t", "slow", &gate);
+    let topic = bus.topic::<u64>("t").unwrap();
+
+    let mut batch = task::spawn(bus.publish_batch("t", [1u64, 2, 3, 4]));
+    assert_eq!(
+        assert_ready_ok!(batch.poll()),
+        4,
+        "an exactly fitting batch waited"
+    );
+    drop(batch);
+    assert_eq!(slow.entered.recv().await, Some(1));
+    assert_full(topic.try_publish(5), 5);
+
+    // One message more than the room (none now): cancelled at once, it gives everything back.
+    let ctx = ringbus::Context::new().with_timeout(Duration::ZERO);
+    match topic.publish_batch(&ctx, [5u64]).await {
+        Err(PublishError::Cancelled(rest)) => assert_eq!(rest.collect::<Vec<_>>(), [5]),
+        other => panic!("expected Cancelled([5]), got {other:?}"),
+    }
+    gate.open();
+    assert_eq!(take(&mut slow.entered, 3).await, [2, 3, 4]);
+}
+
+/// A stall timeout too long for the clock to represent (`Duration::MAX`) never fires: the
+/// subscriber handles its messages, whose handlers suspend, rather than its task dying on an
+/// overflow with the messages accepted and never handled.
+#[tokio::test]
+async fn a_stall_timeout_too_long_for_the_clock_never_fires() {
+    let bus = Bus::new();
+    let seen = Arc::new(AtomicU64::new(0));
+    let counted = seen.clone();
+    bus.subscribe_with(
+        "t",
+        SubscribeOptions::new().stall_timeout(Duration::MAX),
+        move |m: &u64| {
+            let (m, counted) = (*m, counted.clone());
+            async move {
+                tokio::task::yield_now().await;
+                counted.fetch_add(m, SeqCst);
+            }
+        },
+    )
+    .unwrap();
+    bus.publish("t", 1u64).await.unwrap();
+    bus.publish("t", 2u64).await.unwrap();
+    bus.close().await;
+    assert_eq!(seen.load(SeqCst), 3);
+    let stats = bus.stats();
+    let sub = &stats.topics[0].subscribers[0];
+    assert_eq!((sub.handled, sub.panics), (2, 0));
+}

@@ -184,6 +184,30 @@ fn a_stall_timeout_without_a_time_driver_is_an_error() {
     assert_eq!(sub.stats().handled, 1);
 }
 
+/// A retry policy sleeps between attempts: without a time driver, subscribing with one is a
+/// clear `Err` on every route, by name and through a topic handle, not a panic at the first
+/// retry's backoff.
+#[test]
+fn a_retry_policy_without_a_time_driver_is_an_error() {
+    let runtime = runtime_without_timers();
+    let _inside = runtime.enter();
+    let bus = Bus::builder().capacity(4).build();
+    let options = || SubscribeOptions::new().retry(ringbus::RetryPolicy::new(3));
+    let handle = bus.topic::<u64>("t").unwrap();
+    let refused = [
+        bus.subscribe_with("t", options(), |_: &u64| async {}),
+        handle.subscribe(options(), |_: &u64| async {}),
+    ];
+    for result in refused {
+        match result {
+            Err(e @ Error::NoTimer) => assert!(e.to_string().contains("enable_time"), "{e}"),
+            Err(other) => panic!("expected NoTimer, got {other:?}"),
+            Ok(sub) => panic!("subscribed with a retry policy and no timer: {sub:?}"),
+        }
+    }
+    assert_eq!(handle.subscriber_count(), 0);
+}
+
 /// A `Context` deadline on a runtime without a time driver: a publish that has to wait, and a
 /// bounded close, end at the deadline (a helper thread keeps time) instead of panicking.
 #[test]

@@ -495,6 +495,11 @@ impl Bus {
     ///
     /// Cancel safe in the all-or-nothing sense: if the future is dropped before it
     /// completes, no subscriber sees the message (it is dropped with the future).
+    ///
+    /// One exception, by design: on an unbuffered topic (`capacity(0)`, see
+    /// [`BusBuilder::capacity`]), once the message is in, the publish waits for every
+    /// subscriber to handle it, and dropping the future then does not take it back: every
+    /// subscriber still handles it, exactly once.
     pub async fn publish<T: Send + Sync + 'static>(
         &self,
         topic: &str,

@@ -74,6 +74,18 @@ pub(crate) struct Budgeted<'a, 'c, I> {
     pub(crate) spent: bool,
 }
 
+impl<'a, 'c, I> Budgeted<'a, 'c, I> {
+    /// Takes from `inner`, paying as it goes, with `credit` carried over (see the type's docs).
+    pub(crate) fn new(inner: &'a mut I, cx: &'a mut Context<'c>, credit: &'a mut usize) -> Self {
+        Self {
+            inner,
+            cx,
+            credit,
+            spent: false,
+        }
+    }
+}
+
 impl<I: Iterator> Iterator for Budgeted<'_, '_, I> {
     type Item = I::Item;
 

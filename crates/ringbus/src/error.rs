@@ -142,6 +142,12 @@ impl<I: Iterator> Unpublished<I> {
         }
     }
 
+    /// Puts `item`, just taken from the front, back in front. Only with nothing in front.
+    pub(crate) fn put_back(&mut self, item: I::Item) {
+        debug_assert!(self.refused.is_none(), "a message is already in front");
+        self.refused = Some(item);
+    }
+
     /// The refused message (if it had been taken from the batch's iterator) and the rest of
     /// that iterator.
     pub fn into_parts(self) -> (Option<I::Item>, I) {

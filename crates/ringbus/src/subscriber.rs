@@ -682,7 +682,10 @@ impl Stall {
         let Some(timeout) = self.timeout else {
             return Some(call.await);
         };
-        let deadline = tokio::time::Instant::now() + timeout;
+        let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {
+            // Past what the clock can represent (`Duration::MAX`): it never passes.
+            return Some(call.await);
+        };
         let timer = match &mut self.timer {
             Some(timer) => {
                 timer.as_mut().reset(deadline);

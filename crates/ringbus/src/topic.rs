@@ -355,19 +355,19 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 n += 1;
             }
         }
-        self.publish_chunks(ctx, msgs)
-            .await
-            .map_err(|e| e.map(Unpublished::new))
+        self.publish_chunks(ctx, Unpublished::new(msgs)).await
     }
 
     /// `publish_batch` on a buffered topic: chunks of what fits, each with one cursor store.
     /// It takes a message from the iterator only where there is room for it (and budget to
-    /// pay for it), so an error gives back the iterator as it is.
+    /// pay for it), except to learn whether a chunk that filled the ring was the last: that
+    /// message goes back in front of the rest (`Unpublished::put_back`), so an error gives back
+    /// every message not published, in order.
     async fn publish_chunks<I: Iterator<Item = T>>(
         &self,
         ctx: &Context,
-        mut msgs: I,
-    ) -> Result<u64, PublishError<I>> {
+        mut msgs: Unpublished<I>,
+    ) -> Result<u64, PublishError<Unpublished<I>>> {
         let mut total = 0;
         // Messages the budget units already spent pay for (see `coop`).
         let mut credit = 0;
@@ -399,12 +399,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     // Takes at most `room` messages from the iterator, with one cursor store,
                     // paying for them as it goes; stops early when the budget is spent.
                     let (n, spent) = poll_fn(|cx| {
-                        let mut budgeted = coop::Budgeted {
-                            inner: &mut msgs,
-                            cx,
-                            credit: &mut credit,
-                            spent: false,
-                        };
+                        let mut budgeted = coop::Budgeted::new(&mut msgs, cx, &mut credit);
                         let n = writer.try_publish_batch(&mut budgeted);
                         Poll::Ready((n, budgeted.spent))
                     })
@@ -421,6 +416,23 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     }
                     if n < room {
                         return Ok(total); // the iterator ran dry
+                    }
+                    // The chunk filled the ring: wait for room only if there is more to
+                    // publish (a batch that fits exactly is done). The look ahead is paid for
+                    // as any message taken (then credited back: it is taken again later).
+                    let (next, spent) = poll_fn(|cx| {
+                        let mut budgeted = coop::Budgeted::new(&mut msgs, cx, &mut credit);
+                        let next = budgeted.next();
+                        Poll::Ready((next, budgeted.spent))
+                    })
+                    .await;
+                    match next {
+                        Some(next) => {
+                            msgs.put_back(next);
+                            credit += 1;
+                        }
+                        None if spent => break, // let go of the writer, then yield
+                        None => return Ok(total),
                     }
                     continue;
                 }
@@ -573,6 +585,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         mut options: SubscribeOptions,
         handler: H,
     ) -> Result<Subscription, Error> {
+        // Checked before `prepare` takes the retry policy out of `options`: its backoff
+        // sleeps, so without a time driver it is `NoTimer` (`spawn` checks again, for the
+        // stall timeout, on every route).
+        self.state.stall_timeout(&options)?;
         // A retry policy or dead-letter topic wraps the handler (see `retry`); the plain
         // subscriber runs its handler as it is.
         if let Some(retry) = crate::retry::prepare::<T>(&mut options)? {
