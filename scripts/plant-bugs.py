@@ -268,6 +268,14 @@ BUGS = [
      "        let Some(deadline) = Some(tokio::time::Instant::now() + timeout) else {",
      plain("ringbus-suite", "suite",
            "backpressure::a_stall_timeout_too_long_for_the_clock_never_fires")),
+    ("nats link: a close's deadline overflows the clock",
+     "crates/ringbus-nats/src/link.rs",
+     "        let deadline = started\n"
+     "            .checked_add(timeout)\n"
+     "            .unwrap_or_else(|| started + FAR_FUTURE);\n",
+     "        let deadline = started + timeout + (FAR_FUTURE - FAR_FUTURE);\n",
+     plain("ringbus-conformance", "links",
+           "cases::a_close_with_an_unrepresentable_deadline_finishes")),
 ]
 
 

@@ -43,6 +43,26 @@ async fn exact_round_trip_of_payload_id_and_headers() {
     }
 }
 
+/// A close given no deadline to speak of (`Duration::MAX`, past what the clock can represent)
+/// finishes like any other, rather than overflowing the clock as it computes its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_an_unrepresentable_deadline_finishes() {
+    for kind in ALL {
+        let Some(mut pair) = Pair::new(kind).await else {
+            continue;
+        };
+        pair.publish(item(1)).await;
+        assert_eq!(pair.next().await.body, item(1).body().clone(), "{kind:?}");
+        let pair = pair.close().await;
+        if let Some(link) = &pair.sub_link {
+            tokio::time::timeout(WAIT, link.close_with_deadline(kind, Duration::MAX))
+                .await
+                .unwrap_or_else(|_| panic!("{kind:?}: the close did not finish"));
+        }
+        pair.subscriber.close().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_no_link_can_carry_is_refused_in_every_mode() {
     for kind in ALL {

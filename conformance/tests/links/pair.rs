@@ -149,13 +149,18 @@ impl AnyLink {
 
     /// Closes the link within `WAIT`; its report must be complete.
     pub(crate) async fn close(&self, kind: Kind) {
+        self.close_with_deadline(kind, WAIT).await;
+    }
+
+    /// Closes the link giving it `timeout`, and asserts the report says it finished.
+    pub(crate) async fn close_with_deadline(&self, kind: Kind, timeout: Duration) {
         let (complete, report) = match self {
             AnyLink::Nats(link) => {
-                let r = link.close(WAIT).await;
+                let r = link.close(timeout).await;
                 (r.complete, format!("{r:?}"))
             }
             AnyLink::Redis(link) => {
-                let r = link.close(WAIT).await;
+                let r = link.close(timeout).await;
                 (r.complete, format!("{r:?}"))
             }
         };

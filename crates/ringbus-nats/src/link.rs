@@ -18,6 +18,10 @@ use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
 
+/// A deadline that does not come: what `close` waits for when its timeout is past what the
+/// clock can represent (30 years, as tokio's own far future).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
 /// subject prefix.
 ///
@@ -702,7 +706,10 @@ impl Link {
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
         let started = Instant::now();
-        let deadline = started + timeout;
+        // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
+        let deadline = started
+            .checked_add(timeout)
+            .unwrap_or_else(|| started + FAR_FUTURE);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {

@@ -20,6 +20,10 @@ use crate::options::StreamOptions;
 use crate::stats::{ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import};
 
+/// A deadline that does not come: what `close` waits for when its timeout is past what the
+/// clock can represent (30 years, as tokio's own far future).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// Builds a [`Link`]: where to connect, under which key prefix, with which stream settings.
 ///
 /// Its `Debug` output never shows the URL's password.
@@ -581,7 +585,10 @@ impl Link {
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
         let started = Instant::now();
-        let deadline = started + timeout;
+        // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
+        let deadline = started
+            .checked_add(timeout)
+            .unwrap_or_else(|| started + FAR_FUTURE);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {
