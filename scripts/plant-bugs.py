@@ -276,6 +276,14 @@ BUGS = [
      "        let deadline = started + timeout + (FAR_FUTURE - FAR_FUTURE);\n",
      plain("ringbus-conformance", "links",
            "cases::a_close_with_an_unrepresentable_deadline_finishes")),
+    ("nats link: a dropped link call keeps its claim on the topic",
+     "crates/ringbus-nats/src/link.rs",
+     "        if let Some(key) = self.key.take() {\n"
+     "            self.link.parts().linked.remove(&key);\n"
+     "        }\n",
+     "        let _ = self.key.take();\n",
+     plain("ringbus-nats", "nats",
+           "link::a_link_call_dropped_midway_leaves_the_topic_free_to_link_again")),
 ]
 
 

@@ -387,35 +387,28 @@ impl LinkShared {
         }
     }
 
-    /// Records `topic` as linked in `direction`, or says it already is.
-    pub(crate) fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
+    /// Records `topic` as linked in `direction`, or says it already is. The claim is given
+    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
+    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
+    pub(crate) fn claim(
+        &self,
+        topic: &str,
+        direction: &'static str,
+    ) -> Result<Claim<'_>, LinkError> {
         if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
-        if !self.parts().linked.insert((topic.to_string(), direction)) {
+        let key = (topic.to_string(), direction);
+        if !self.parts().linked.insert(key.clone()) {
             return Err(LinkError::AlreadyLinked {
                 topic: topic.to_string(),
                 direction,
             });
         }
-        Ok(())
-    }
-
-    pub(crate) fn release(&self, topic: &str, direction: &'static str) {
-        self.parts().linked.remove(&(topic.to_string(), direction));
-    }
-
-    /// `started`, releasing the claim on `topic` in `direction` if it failed.
-    pub(crate) fn released_on_error<X>(
-        &self,
-        topic: &str,
-        direction: &'static str,
-        started: Result<X, LinkError>,
-    ) -> Result<X, LinkError> {
-        if started.is_err() {
-            self.release(topic, direction);
-        }
-        started
+        Ok(Claim {
+            link: self,
+            key: Some(key),
+        })
     }
 
     /// Keeps a started export for `close`.
@@ -492,7 +485,7 @@ impl Link {
     /// # Cancel safety
     ///
     /// Not cancel safe in [`Mode::JetStream`] (the stream may be created and the topic left
-    /// unlinked); dropping it in [`Mode::Core`] leaves nothing linked.
+    /// unlinked, free to export again); dropping it in [`Mode::Core`] leaves nothing linked.
     pub async fn export<T>(&self, topic: &str, mode: Mode) -> Result<(), LinkError>
     where
         T: Send + Sync + 'static,
@@ -517,17 +510,11 @@ impl Link {
         C: Codec<T>,
     {
         let subject = self.subject(topic)?;
-        self.inner.claim(topic, "export")?;
-        match export::start::<T, C>(&self.inner, topic, subject, mode, codec).await {
-            Ok(task) => {
-                self.inner.parts().exports.push(task);
-                Ok(())
-            }
-            Err(e) => {
-                self.inner.release(topic, "export");
-                Err(e)
-            }
-        }
+        let claim = self.inner.claim(topic, "export")?;
+        let task = export::start::<T, C>(&self.inner, topic, subject, mode, codec).await?;
+        claim.keep();
+        self.inner.parts().exports.push(task);
+        Ok(())
     }
 
     /// Publishes every message arriving on the subject of `topic` into the local topic,
@@ -548,7 +535,8 @@ impl Link {
     /// # Cancel safety
     ///
     /// Not cancel safe: dropped midway, the subscription or consumer may exist on the server
-    /// with no task reading it (JetStream keeps the messages for a later import).
+    /// with no task reading it (JetStream keeps the messages for a later import, which the
+    /// topic, left unlinked, is free to make).
     pub async fn import<T>(&self, topic: &str, mode: Mode) -> Result<(), LinkError>
     where
         T: Send + Sync + 'static,
@@ -633,17 +621,12 @@ impl Link {
         if let Sharing::Shared(group) = &sharing {
             subject::check(group, "queue group")?;
         }
-        self.inner.claim(topic, "import")?;
-        match import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await {
-            Ok(task) => {
-                self.inner.parts().imports.push(task);
-                Ok(())
-            }
-            Err(e) => {
-                self.inner.release(topic, "import");
-                Err(e)
-            }
-        }
+        let claim = self.inner.claim(topic, "import")?;
+        let task =
+            import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await?;
+        claim.keep();
+        self.inner.parts().imports.push(task);
+        Ok(())
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
@@ -791,6 +774,29 @@ impl Link {
             );
         }
         report
+    }
+}
+
+/// A topic recorded as linked in one direction ([`LinkShared::claim`]): given back on drop
+/// unless kept.
+pub(crate) struct Claim<'a> {
+    link: &'a LinkShared,
+    /// `None` once kept.
+    key: Option<(String, &'static str)>,
+}
+
+impl Claim<'_> {
+    /// The call that claimed the topic succeeded: the topic stays linked.
+    pub(crate) fn keep(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.link.parts().linked.remove(&key);
+        }
     }
 }
 

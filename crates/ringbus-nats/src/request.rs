@@ -69,7 +69,7 @@ use crate::codec::Json;
 use crate::error::LinkError;
 use crate::export::ExportTask;
 use crate::import::{core_subscribe, take, ImportTask};
-use crate::link::{Link, LinkShared};
+use crate::link::{Claim, Link, LinkShared};
 use crate::options::Sharing;
 use crate::stats::add;
 use crate::wire::{decode, encode};
@@ -469,9 +469,9 @@ impl Link {
         C: Codec<T> + Codec<R>,
     {
         let subject = self.subject(topic)?;
-        claim_both_ways(&self.inner, topic)?;
-        let started = export::<T, R, C>(&self.inner, topic, subject, codec).await;
-        let task = released_both_ways_on_error(&self.inner, topic, started)?;
+        let claims = claim_both_ways(&self.inner, topic)?;
+        let task = export::<T, R, C>(&self.inner, topic, subject, codec).await?;
+        keep(claims);
         self.inner.push_export(task);
         Ok(())
     }
@@ -549,32 +549,30 @@ impl Link {
         if let Sharing::Shared(group) = &sharing {
             crate::subject::check(group, "queue group")?;
         }
-        claim_both_ways(&self.inner, topic)?;
-        let started = import::<T, R, C>(&self.inner, topic, subject, &sharing, codec).await;
-        let task = released_both_ways_on_error(&self.inner, topic, started)?;
+        let claims = claim_both_ways(&self.inner, topic)?;
+        let task = import::<T, R, C>(&self.inner, topic, subject, &sharing, codec).await?;
+        keep(claims);
         self.inner.push_import(task);
         Ok(())
     }
 }
 
 /// Claims a request topic in both directions: a link that exported and imported one would
-/// send the requests it imports out again (its export takes over every local request).
-fn claim_both_ways(link: &LinkShared, topic: &str) -> Result<(), LinkError> {
-    link.claim(topic, "export")?;
-    if let Err(e) = link.claim(topic, "import") {
-        link.release(topic, "export");
-        return Err(e);
-    }
-    Ok(())
+/// send the requests it imports out again (its export takes over every local request). Both
+/// claims are given back on drop unless [kept](keep).
+fn claim_both_ways<'a>(
+    link: &'a LinkShared,
+    topic: &str,
+) -> Result<(Claim<'a>, Claim<'a>), LinkError> {
+    let export = link.claim(topic, "export")?;
+    let import = link.claim(topic, "import")?;
+    Ok((export, import))
 }
 
-fn released_both_ways_on_error<X>(
-    link: &LinkShared,
-    topic: &str,
-    started: Result<X, LinkError>,
-) -> Result<X, LinkError> {
-    let started = link.released_on_error(topic, "export", started);
-    link.released_on_error(topic, "import", started)
+/// The call that claimed a request topic both ways succeeded.
+fn keep((export, import): (Claim<'_>, Claim<'_>)) {
+    export.keep();
+    import.keep();
 }
 
 /// Starts sending the requests of local topic `topic` to NATS.

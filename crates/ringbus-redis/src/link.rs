@@ -295,22 +295,24 @@ impl LinkShared {
         format!("{}:{topic}", self.dead_letter_prefix)
     }
 
-    /// Records `topic` as linked in `direction`, or says it already is.
-    fn claim(&self, topic: &str, direction: &'static str) -> Result<(), LinkError> {
+    /// Records `topic` as linked in `direction`, or says it already is. The claim is given
+    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
+    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
+    fn claim(&self, topic: &str, direction: &'static str) -> Result<Claim<'_>, LinkError> {
         if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
-        if !self.parts().linked.insert((topic.to_string(), direction)) {
+        let key = (topic.to_string(), direction);
+        if !self.parts().linked.insert(key.clone()) {
             return Err(LinkError::AlreadyLinked {
                 topic: topic.to_string(),
                 direction,
             });
         }
-        Ok(())
-    }
-
-    fn release(&self, topic: &str, direction: &'static str) {
-        self.parts().linked.remove(&(topic.to_string(), direction));
+        Ok(Claim {
+            link: self,
+            key: Some(key),
+        })
     }
 }
 
@@ -401,17 +403,11 @@ impl Link {
         C: Codec<T>,
     {
         check_name(topic, "topic")?;
-        self.inner.claim(topic, "export")?;
-        match export::start::<T, C>(&self.inner, topic, codec) {
-            Ok(task) => {
-                self.inner.parts().exports.push(task);
-                Ok(())
-            }
-            Err(e) => {
-                self.inner.release(topic, "export");
-                Err(e)
-            }
-        }
+        let claim = self.inner.claim(topic, "export")?;
+        let task = export::start::<T, C>(&self.inner, topic, codec)?;
+        claim.keep();
+        self.inner.parts().exports.push(task);
+        Ok(())
     }
 
     /// Publishes every message of the stream `<prefix>:<topic>` into the local topic,
@@ -506,17 +502,11 @@ impl Link {
     {
         check_name(topic, "topic")?;
         check_name(group, "group")?;
-        self.inner.claim(topic, "import")?;
-        match import::start::<T, C>(&self.inner, topic, group, codec).await {
-            Ok(task) => {
-                self.inner.parts().imports.push(task);
-                Ok(())
-            }
-            Err(e) => {
-                self.inner.release(topic, "import");
-                Err(e)
-            }
-        }
+        let claim = self.inner.claim(topic, "import")?;
+        let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
+        claim.keep();
+        self.inner.parts().imports.push(task);
+        Ok(())
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
@@ -645,6 +635,29 @@ impl Link {
             );
         }
         report
+    }
+}
+
+/// A topic recorded as linked in one direction ([`LinkShared::claim`]): given back on drop
+/// unless kept.
+struct Claim<'a> {
+    link: &'a LinkShared,
+    /// `None` once kept.
+    key: Option<(String, &'static str)>,
+}
+
+impl Claim<'_> {
+    /// The call that claimed the topic succeeded: the topic stays linked.
+    fn keep(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.link.parts().linked.remove(&key);
+        }
     }
 }
 

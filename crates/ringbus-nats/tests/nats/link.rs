@@ -248,3 +248,40 @@ async fn a_topic_linked_both_ways_does_not_echo() {
         );
     }
 }
+
+/// A call that links a topic, dropped before it finished (here after its first poll, on a
+/// current-thread runtime, so it was waiting on the server), leaves the topic free to link
+/// again: it is not `AlreadyLinked` for the rest of the link's life.
+#[tokio::test]
+async fn a_link_call_dropped_midway_leaves_the_topic_free_to_link_again() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let link = Link::builder(server.url())
+        .prefix("dropped")
+        .jetstream(ringbus_nats::JetStreamOptions {
+            memory_storage: true,
+            ..ringbus_nats::JetStreamOptions::default()
+        })
+        .connect(&bus)
+        .await
+        .unwrap();
+    tokio::select! {
+        biased;
+        r = link.import::<u64>("t", Mode::JetStream) => panic!("finished on its first poll: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    link.import::<u64>("t", Mode::JetStream)
+        .await
+        .expect("the dropped import left the topic claimed");
+    tokio::select! {
+        biased;
+        r = link.export::<u64>("t", Mode::JetStream) => panic!("finished on its first poll: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    link.export::<u64>("t", Mode::JetStream)
+        .await
+        .expect("the dropped export left the topic claimed");
+    assert!(link.close(WAIT).await.complete);
+}

@@ -496,3 +496,24 @@ async fn tls_round_trips_through_a_tls_only_server_whose_certificate_is_verified
     assert!(inbound.close(WAIT).await.complete);
     bus.close().await;
 }
+
+/// An import dropped before it finished (after its first poll, on a current-thread runtime,
+/// so it was waiting on the server) leaves the topic free to import again, as its docs say
+/// (the group keeps the messages for a later import): not `AlreadyLinked` for good.
+#[tokio::test]
+async fn an_import_dropped_midway_leaves_the_topic_free_to_import_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let link = link(&server, &bus, options()).await;
+    tokio::select! {
+        biased;
+        r = link.import::<u64>("t") => panic!("finished on its first poll: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    link.import::<u64>("t")
+        .await
+        .expect("the dropped import left the topic claimed");
+    assert!(link.close(WAIT).await.complete);
+}
