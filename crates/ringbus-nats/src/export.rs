@@ -16,7 +16,7 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ringbus::{Handler, HandlerError, SubscribeOptions, Subscription};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -289,7 +289,7 @@ where
         Mode::Core => (None, None),
         Mode::JetStream => {
             link.stream(&subject).await?;
-            let (tx, rx) = mpsc::channel(link.js.ack_window.max(1));
+            let (tx, rx) = mpsc::channel(link.js.ack_window.clamp(1, Semaphore::MAX_PERMITS));
             let pending = Arc::new(AtomicU64::new(0));
             let acker = tokio::spawn(ack_loop(
                 link.clone(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
 use ringbus::{Delivered, Delivery, PublishError, Topic};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -202,7 +202,7 @@ async fn js_loop<T, C>(
     // Held messages go to one settler, in order: receipts resolve in position order, so it
     // waits on one at a time. The channel's bound is `max_in_flight`; the settler is aborted
     // with this task if a cut close aborts it.
-    let (to_settle, held) = mpsc::channel(link.js.max_in_flight.max(1));
+    let (to_settle, held) = mpsc::channel(link.js.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
     let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(
         link.clone(),
         local.name().to_string(),

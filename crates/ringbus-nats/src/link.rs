@@ -18,9 +18,9 @@ use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
 
-/// A deadline that does not come: what `close` waits for when its timeout is past what the
-/// clock can represent (30 years, as tokio's own far future).
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+/// A deadline that does not come: what `close` and a request wait for when their timeout is
+/// past what the clock can represent (30 years, as tokio's own far future).
+pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
 /// subject prefix.

@@ -158,8 +158,10 @@ pub struct JetStreamOptions {
     /// Messages fetched per pull. Default: 64.
     pub pull_batch: usize,
     /// Imported messages held (handed to the bus and not yet settled) at most. Default: 256.
+    /// 0 counts as 1, and more than tokio's `Semaphore::MAX_PERMITS` as that.
     pub max_in_flight: usize,
-    /// Exported messages whose server ack is awaited at most. Default: 256.
+    /// Exported messages whose server ack is awaited at most. Default: 256. 0 counts as 1,
+    /// and more than tokio's `Semaphore::MAX_PERMITS` as that.
     pub ack_window: usize,
     /// How long an export keeps re-sending a message the server did not ack (for instance
     /// while it restarts) before it gives up, logs and counts it. Default: 60 s.

@@ -69,7 +69,7 @@ use crate::codec::Json;
 use crate::error::LinkError;
 use crate::export::ExportTask;
 use crate::import::{core_subscribe, take, ImportTask};
-use crate::link::{Claim, Link, LinkShared};
+use crate::link::{Claim, Link, LinkShared, FAR_FUTURE};
 use crate::options::Sharing;
 use crate::stats::add;
 use crate::wire::{decode, encode};
@@ -162,7 +162,10 @@ where
             }
         };
         let now = Instant::now();
-        let ours = now + self.link.request_timeout;
+        // A `request_timeout` past what the clock can represent (`Duration::MAX`) is none.
+        let ours = now
+            .checked_add(self.link.request_timeout)
+            .unwrap_or_else(|| now + FAR_FUTURE);
         let deadline = responder.deadline().map_or(ours, |d| d.min(ours));
         let mut headers = message.headers;
         let left = deadline.saturating_duration_since(now).as_millis().max(1);

@@ -39,7 +39,7 @@ use redis::Value;
 use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
@@ -206,7 +206,7 @@ where
 {
     let link = &import.link;
     let options = &link.streams;
-    let (to_settle, held) = mpsc::channel(options.max_in_flight.max(1));
+    let (to_settle, held) = mpsc::channel(options.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
     // Aborted with this task if a cut close aborts it.
     let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(import.clone(), held)));
     let mut window = Window::new(options.dedup_window);

@@ -35,7 +35,7 @@ pub struct StreamOptions {
     /// How long after a handler failed its message is delivered again. Default: 1 s.
     pub nack_delay: Duration,
     /// Messages handed to the local bus and not yet settled, at most, per import.
-    /// Default: 256.
+    /// Default: 256. 0 counts as 1, and more than tokio's `Semaphore::MAX_PERMITS` as that.
     pub max_in_flight: usize,
     /// Messages asked for per XREADGROUP. Default: 64.
     pub read_batch: usize,

@@ -285,3 +285,46 @@ async fn a_link_call_dropped_midway_leaves_the_topic_free_to_link_again() {
         .expect("the dropped export left the topic claimed");
     assert!(link.close(WAIT).await.complete);
 }
+
+/// Windows larger than a tokio channel can hold (`usize::MAX`: "unbounded") are taken as the
+/// largest one can: the export and the import work, rather than `export` panicking and the
+/// import's task dying with `import` already returned `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_too_large_for_a_channel_are_taken_as_the_largest() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let js = ringbus_nats::JetStreamOptions {
+        memory_storage: true,
+        ack_window: usize::MAX,
+        max_in_flight: usize::MAX,
+        ..ringbus_nats::JetStreamOptions::default()
+    };
+    let out_bus = Bus::new();
+    let out = Link::builder(server.url())
+        .prefix("wide")
+        .jetstream(js.clone())
+        .connect(&out_bus)
+        .await
+        .unwrap();
+    out.export::<u64>("t", Mode::JetStream).await.unwrap();
+    let in_bus = Bus::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = in_bus
+        .subscribe("t", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let inn = Link::builder(server.url())
+        .prefix("wide")
+        .jetstream(js)
+        .connect(&in_bus)
+        .await
+        .unwrap();
+    inn.import::<u64>("t", Mode::JetStream).await.unwrap();
+    out_bus.publish("t", 7u64).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 7);
+    assert!(inn.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+}

@@ -414,3 +414,18 @@ async fn a_request_topic_is_linked_one_way_per_link() {
         .unwrap();
     asking.close().await;
 }
+
+/// A `request_timeout` past what the clock can represent (`Duration::MAX`: no bound of the
+/// link's own) leaves the requester's context to bound the wait: the request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_timeout_too_long_for_the_clock_is_no_bound() {
+    for server in servers() {
+        let (_price, asking, answering) =
+            linked_pair(&server, Duration::MAX, |bus| bus.register(price).unwrap()).await;
+        let prices = asking.bus.topic::<Prices>("prices").unwrap();
+        assert_eq!(prices.request_with(&ctx(WAIT), 3).await.unwrap(), 30);
+        let asked = asking.close().await;
+        answering.close().await;
+        assert_eq!(asked.requests_sent, 1, "{asked:?}");
+    }
+}

@@ -517,3 +517,33 @@ async fn an_import_dropped_midway_leaves_the_topic_free_to_import_again() {
         .expect("the dropped import left the topic claimed");
     assert!(link.close(WAIT).await.complete);
 }
+
+/// A `max_in_flight` larger than a tokio channel can hold (`usize::MAX`) is taken as the
+/// largest one can: the import works, rather than its task dying with `import` already `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_too_large_for_a_channel_is_taken_as_the_largest() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let out_bus = Bus::new();
+    let out = link(&server, &out_bus, options()).await;
+    out.export::<u64>("t").await.unwrap();
+    let in_bus = Bus::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = in_bus
+        .subscribe("t", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let wide = StreamOptions {
+        max_in_flight: usize::MAX,
+        ..options()
+    };
+    let inn = link(&server, &in_bus, wide).await;
+    inn.import::<u64>("t").await.unwrap();
+    out_bus.publish("t", 7u64).await.unwrap();
+    let got = tokio::time::timeout(WAIT, rx.recv()).await;
+    assert_eq!(got.ok().flatten(), Some(7));
+    assert!(inn.close(WAIT).await.complete);
+}
