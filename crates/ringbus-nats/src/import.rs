@@ -115,10 +115,23 @@ where
                 max_ack_pending: link.js.max_in_flight.max(1) as i64,
                 ..Default::default()
             };
-            let consumer = stream
+            let consumer: jetstream::consumer::Consumer<pull::Config> = stream
                 .get_or_create_consumer(&durable, config)
                 .await
                 .map_err(|e| LinkError::JetStream(e.to_string()))?;
+            // The name keeps only letters, digits and '-' of the topic, so two topics can
+            // map to one consumer ("orders.eu" and "orders_eu"): one that already reads
+            // another subject is not ours, and reading it would take the other topic's
+            // messages (and leave ours unread).
+            let reads = &consumer.cached_info().config.filter_subject;
+            if *reads != subject {
+                return Err(LinkError::JetStream(format!(
+                    "the durable consumer \"{durable}\" for topic \"{topic}\" already reads \
+                     \"{reads}\", not \"{subject}\": two topics map to that name (it keeps \
+                     only letters, digits and '-'); rename one, or import it with another \
+                     durable name or group"
+                )));
+            }
             tokio::spawn(js_loop(link.clone(), local, subject, codec, consumer))
         }
     };

@@ -328,3 +328,57 @@ async fn windows_too_large_for_a_channel_are_taken_as_the_largest() {
     assert!(inn.close(WAIT).await.complete);
     assert!(out.close(WAIT).await.complete);
 }
+
+/// Two topics whose JetStream consumer names are the same ("orders.eu" and "orders_eu": the
+/// name keeps only letters, digits and '-'): importing the second is a clear error, not a
+/// second reader of the first's consumer that takes its messages and leaves its own unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let js = ringbus_nats::JetStreamOptions {
+        memory_storage: true,
+        ..ringbus_nats::JetStreamOptions::default()
+    };
+    let out_bus = Bus::new();
+    let out = Link::builder(server.url())
+        .prefix("clash")
+        .jetstream(js.clone())
+        .connect(&out_bus)
+        .await
+        .unwrap();
+    out.export::<u64>("orders.eu", Mode::JetStream)
+        .await
+        .unwrap();
+    let in_bus = Bus::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = in_bus
+        .subscribe("orders.eu", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let inn = Link::builder(server.url())
+        .prefix("clash")
+        .jetstream(js)
+        .connect(&in_bus)
+        .await
+        .unwrap();
+    inn.import::<u64>("orders.eu", Mode::JetStream)
+        .await
+        .unwrap();
+    match inn.import::<u64>("orders_eu", Mode::JetStream).await {
+        Err(LinkError::JetStream(why)) => assert!(why.contains("already reads"), "{why}"),
+        other => panic!("expected a clash error, got {other:?}"),
+    }
+    for n in 0..20u64 {
+        out_bus.publish("orders.eu", n).await.unwrap();
+    }
+    for n in 0..20u64 {
+        assert_eq!(recv(&mut rx).await, n);
+    }
+    assert_eq!(inn.stats().dead_lettered, 0);
+    assert!(inn.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+}
