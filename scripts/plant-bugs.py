@@ -284,6 +284,12 @@ BUGS = [
      "        let _ = self.key.take();\n",
      plain("ringbus-nats", "nats",
            "link::a_link_call_dropped_midway_leaves_the_topic_free_to_link_again")),
+    ("nats import: a durable consumer reading another topic's subject is taken as ours",
+     "crates/ringbus-nats/src/import.rs",
+     "            if *reads != subject {\n",
+     "            if *reads != subject && false {\n",
+     plain("ringbus-nats", "nats",
+           "link::two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer")),
 ]
 
 

@@ -300,7 +300,8 @@ async fn js_loop<T, C>(
                 }
                 Err(e) => {
                     tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: the local bus refused an import");
-                    settle(&link, &message, AckKind::Nak(Some(link.js.nack_delay))).await;
+                    let why = format!("the local bus refused it: {e}");
+                    failed(&link, local.name(), &message, &why).await;
                 }
             }
         }
@@ -336,19 +337,28 @@ async fn settle_outcome(
         }
         return;
     }
+    let why = format!(
+        "{} of {} handlers failed",
+        outcome.failed + outcome.missed,
+        outcome.subscribers
+    );
+    failed(link, topic, message, &why).await;
+}
+
+/// A delivery that did not succeed (`why`): dead-lettered if it was the last the consumer
+/// allows (the server would not deliver it again), otherwise nacked to come again after the
+/// nack delay.
+async fn failed(link: &LinkShared, topic: &str, message: &jetstream::Message, why: &str) {
     let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
     if delivered >= i64::from(link.js.max_deliver.max(1)) {
-        let reason = format!(
-            "{} of {} handlers failed on delivery {delivered} (the last allowed)",
-            outcome.failed + outcome.missed,
-            outcome.subscribers
-        );
+        let reason = format!("{why} on delivery {delivered} (the last allowed)");
         dead_letter(link, topic, message, &reason).await;
     } else {
         tracing::debug!(
             topic,
             delivered,
-            "ringbus-nats: a handler failed; delivering again later"
+            reason = why,
+            "ringbus-nats: a delivery failed; delivering again later"
         );
         if settle(link, message, AckKind::Nak(Some(link.js.nack_delay))).await {
             add(&link.counters.nacked);

@@ -382,3 +382,45 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
     assert!(inn.close(WAIT).await.complete);
     assert!(out.close(WAIT).await.complete);
 }
+
+/// On a strict bus, a JetStream message that arrives while its topic has no local subscriber
+/// is refused by the bus (`NoSubscriber`) and delivered again; on the last delivery the
+/// consumer allows it is dead-lettered, as a handler failure is, not left where the server
+/// will never deliver it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_refused_by_a_strict_bus_is_dead_lettered_after_its_last_delivery() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let js = ringbus_nats::JetStreamOptions {
+        memory_storage: true,
+        max_deliver: 2,
+        nack_delay: Duration::from_millis(50),
+        ..ringbus_nats::JetStreamOptions::default()
+    };
+    let out_bus = Bus::new();
+    let out = Link::builder(server.url())
+        .prefix("strict")
+        .jetstream(js.clone())
+        .connect(&out_bus)
+        .await
+        .unwrap();
+    out.export::<u64>("t", Mode::JetStream).await.unwrap();
+    let in_bus = Bus::builder().strict(true).build();
+    let inn = Link::builder(server.url())
+        .prefix("strict")
+        .jetstream(js)
+        .connect(&in_bus)
+        .await
+        .unwrap();
+    inn.import::<u64>("t", Mode::JetStream).await.unwrap();
+    out_bus.publish("t", 7u64).await.unwrap();
+    eventually("the refused message dead-lettered", || {
+        inn.stats().dead_lettered == 1
+    })
+    .await;
+    let stats = inn.stats();
+    assert_eq!((stats.nacked, stats.imported), (1, 0), "{stats:?}");
+    assert!(inn.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+}
