@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use ringbus::Bus;
+use ringbus::{Bus, Subscription};
 use ringbus_nats::testing::{NatsServer, ServerOptions};
-use ringbus_nats::{Auth, Envelope, Link, LinkError, Mode};
+use ringbus_nats::{Auth, Envelope, JetStreamOptions, Link, LinkError, Mode};
 use tokio::sync::mpsc;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -27,6 +27,31 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A JetStream link (memory storage, `js` otherwise) on `bus` under `prefix`.
+async fn js_link(server: &NatsServer, prefix: &str, js: JetStreamOptions, bus: &Bus) -> Link {
+    Link::builder(server.url())
+        .prefix(prefix)
+        .jetstream(JetStreamOptions {
+            memory_storage: true,
+            ..js
+        })
+        .connect(bus)
+        .await
+        .unwrap()
+}
+
+/// A subscriber of `topic` on `bus` that sends every message it handles to the receiver.
+fn channel_subscriber(bus: &Bus, topic: &str) -> (Subscription, mpsc::UnboundedReceiver<u64>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe(topic, move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    (sub, rx)
 }
 
 #[tokio::test]
@@ -258,15 +283,7 @@ async fn a_link_call_dropped_midway_leaves_the_topic_free_to_link_again() {
         return;
     };
     let bus = Bus::new();
-    let link = Link::builder(server.url())
-        .prefix("dropped")
-        .jetstream(ringbus_nats::JetStreamOptions {
-            memory_storage: true,
-            ..ringbus_nats::JetStreamOptions::default()
-        })
-        .connect(&bus)
-        .await
-        .unwrap();
+    let link = js_link(&server, "dropped", JetStreamOptions::default(), &bus).await;
     tokio::select! {
         biased;
         r = link.import::<u64>("t", Mode::JetStream) => panic!("finished on its first poll: {r:?}"),
@@ -294,34 +311,17 @@ async fn windows_too_large_for_a_channel_are_taken_as_the_largest() {
     let Some(server) = NatsServer::start() else {
         return;
     };
-    let js = ringbus_nats::JetStreamOptions {
-        memory_storage: true,
+    let wide = || JetStreamOptions {
         ack_window: usize::MAX,
         max_in_flight: usize::MAX,
-        ..ringbus_nats::JetStreamOptions::default()
+        ..JetStreamOptions::default()
     };
     let out_bus = Bus::new();
-    let out = Link::builder(server.url())
-        .prefix("wide")
-        .jetstream(js.clone())
-        .connect(&out_bus)
-        .await
-        .unwrap();
+    let out = js_link(&server, "wide", wide(), &out_bus).await;
     out.export::<u64>("t", Mode::JetStream).await.unwrap();
     let in_bus = Bus::new();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = in_bus
-        .subscribe("t", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
-    let inn = Link::builder(server.url())
-        .prefix("wide")
-        .jetstream(js)
-        .connect(&in_bus)
-        .await
-        .unwrap();
+    let (_sub, mut rx) = channel_subscriber(&in_bus, "t");
+    let inn = js_link(&server, "wide", wide(), &in_bus).await;
     inn.import::<u64>("t", Mode::JetStream).await.unwrap();
     out_bus.publish("t", 7u64).await.unwrap();
     assert_eq!(recv(&mut rx).await, 7);
@@ -337,34 +337,14 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
     let Some(server) = NatsServer::start() else {
         return;
     };
-    let js = ringbus_nats::JetStreamOptions {
-        memory_storage: true,
-        ..ringbus_nats::JetStreamOptions::default()
-    };
     let out_bus = Bus::new();
-    let out = Link::builder(server.url())
-        .prefix("clash")
-        .jetstream(js.clone())
-        .connect(&out_bus)
-        .await
-        .unwrap();
+    let out = js_link(&server, "clash", JetStreamOptions::default(), &out_bus).await;
     out.export::<u64>("orders.eu", Mode::JetStream)
         .await
         .unwrap();
     let in_bus = Bus::new();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = in_bus
-        .subscribe("orders.eu", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
-    let inn = Link::builder(server.url())
-        .prefix("clash")
-        .jetstream(js)
-        .connect(&in_bus)
-        .await
-        .unwrap();
+    let (_sub, mut rx) = channel_subscriber(&in_bus, "orders.eu");
+    let inn = js_link(&server, "clash", JetStreamOptions::default(), &in_bus).await;
     inn.import::<u64>("orders.eu", Mode::JetStream)
         .await
         .unwrap();
@@ -392,27 +372,16 @@ async fn a_message_refused_by_a_strict_bus_is_dead_lettered_after_its_last_deliv
     let Some(server) = NatsServer::start() else {
         return;
     };
-    let js = ringbus_nats::JetStreamOptions {
-        memory_storage: true,
+    let js = || JetStreamOptions {
         max_deliver: 2,
         nack_delay: Duration::from_millis(50),
-        ..ringbus_nats::JetStreamOptions::default()
+        ..JetStreamOptions::default()
     };
     let out_bus = Bus::new();
-    let out = Link::builder(server.url())
-        .prefix("strict")
-        .jetstream(js.clone())
-        .connect(&out_bus)
-        .await
-        .unwrap();
+    let out = js_link(&server, "strict", js(), &out_bus).await;
     out.export::<u64>("t", Mode::JetStream).await.unwrap();
     let in_bus = Bus::builder().strict(true).build();
-    let inn = Link::builder(server.url())
-        .prefix("strict")
-        .jetstream(js)
-        .connect(&in_bus)
-        .await
-        .unwrap();
+    let inn = js_link(&server, "strict", js(), &in_bus).await;
     inn.import::<u64>("t", Mode::JetStream).await.unwrap();
     out_bus.publish("t", 7u64).await.unwrap();
     eventually("the refused message dead-lettered", || {
