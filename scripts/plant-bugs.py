@@ -113,8 +113,12 @@ BUGS = [
            "request::a_late_reply_is_dropped_and_counted_never_given_to_the_next_request")),
     ("nats request: a link may export and import one request topic",
      NATS + "request.rs",
-     "        claim_both_ways(&self.inner, topic)?;\n        let started = import::<T, R, C>",
-     "        let started = import::<T, R, C>",
+     "        let claims = claim_both_ways(&self.inner, topic)?;\n        let task = import::<T, R, C>",
+     "        let claims = (\n"
+     "            self.inner.claim(topic, \"unchecked\")?,\n"
+     "            self.inner.claim(topic, \"unchecked too\")?,\n"
+     "        );\n"
+     "        let task = import::<T, R, C>",
      plain("ringbus-nats", "nats", "request::a_request_topic_is_linked_one_way_per_link")),
     ("memory nats: queue groups deliver to every member",
      NATS + "testing/memory.rs",
