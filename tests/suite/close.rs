@@ -602,3 +602,30 @@ fn a_bounded_close_stops_a_subscriber_in_the_middle_of_what_it_took_at_once() {
         "handled after the close stopped it"
     );
 }
+
+/// A handler may publish while *its own* bus drains (chains of topics finish), not into
+/// another bus that is closed: a handler of bus X publishing to closed bus Y gets
+/// `Closed(msg)` back, on a topic Y had and on one it never had.
+#[tokio::test]
+async fn a_handler_of_another_bus_cannot_publish_into_a_closed_bus() {
+    let x = Bus::new();
+    let y = Bus::new();
+    let _old = y.subscribe("old", |_: &u64| async {}).unwrap();
+    y.close().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let into = y.clone();
+    let _relay = x
+        .subscribe("go", move |_: &u64| {
+            let (y, tx) = (into.clone(), tx.clone());
+            async move {
+                let _ = tx.send((y.publish("old", 1u64).await, y.publish("fresh", 2u64).await));
+            }
+        })
+        .unwrap();
+    x.publish("go", 0u64).await.unwrap();
+    match rx.recv().await.expect("the handler ran") {
+        (Err(PublishError::Closed(1)), Err(PublishError::Closed(2))) => {}
+        other => panic!("expected Closed(1) and Closed(2), got {other:?}"),
+    }
+    x.close().await;
+}

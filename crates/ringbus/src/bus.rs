@@ -188,11 +188,15 @@ impl BusState {
         Ok(timeout)
     }
 
-    /// True when publishes from here are refused: the bus is closing and this is not a
-    /// handler (handlers may still publish while the bus drains, so chains of topics finish).
+    /// True when publishes from here are refused: the bus is closing and this is not one of
+    /// its handlers (they may still publish while it drains, so chains of topics finish; a
+    /// handler of another bus is refused like any other outsider).
     #[inline]
     pub(crate) fn refuses(&self) -> bool {
-        self.closed.load(Ordering::Acquire) && CURRENT_SUBSCRIBER.try_with(|_| ()).is_err()
+        self.closed.load(Ordering::Acquire)
+            && CURRENT_SUBSCRIBER
+                .try_with(|current| current.bus != std::ptr::from_ref(self) as usize)
+                .unwrap_or(true)
     }
 }
 

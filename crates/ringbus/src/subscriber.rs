@@ -45,9 +45,19 @@ use crate::stats::SubscriberStats;
 use crate::topic::AnyTopic;
 
 tokio::task_local! {
-    /// The id of the subscriber whose task is running, so `close` called from inside a
-    /// handler does not wait for itself.
-    pub(crate) static CURRENT_SUBSCRIBER: u64;
+    /// The subscriber whose task is running, so `close` called from inside a handler does
+    /// not wait for itself, and its bus lets it publish while draining (see
+    /// `BusState::refuses`).
+    pub(crate) static CURRENT_SUBSCRIBER: Current;
+}
+
+/// The value of [`CURRENT_SUBSCRIBER`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Current {
+    /// The subscriber's process-unique id.
+    pub(crate) id: u64,
+    /// Its bus (`BusState`'s address: the task holds the state, so it stays this bus's).
+    pub(crate) bus: usize,
 }
 
 /// No unsubscribe requested.
@@ -1050,7 +1060,7 @@ impl Subscription {
     /// without waiting (the task cannot end while it runs the handler that waits).
     pub async fn unsubscribe(self) {
         self.sub.stop_at(self.topic.published());
-        if CURRENT_SUBSCRIBER.try_with(|id| *id == self.sub.id) == Ok(true) {
+        if CURRENT_SUBSCRIBER.try_with(|current| current.id == self.sub.id) == Ok(true) {
             return;
         }
         // Only the task's own panic would make this an error, and the task catches handler

@@ -656,10 +656,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         let (reader, sub) = self.join(options.name, stall_timeout, false)?;
-        let id = sub.id;
+        let current = subscriber::Current {
+            id: sub.id,
+            bus: Arc::as_ptr(&self.state) as usize,
+        };
         let handle = runtime.spawn(subscriber::Supervised {
             sub: sub.clone(),
-            task: CURRENT_SUBSCRIBER.scope(id, task(reader, sub.clone())),
+            task: CURRENT_SUBSCRIBER.scope(current, task(reader, sub.clone())),
         });
         let _ = sub.abort.set(handle.abort_handle());
         tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
