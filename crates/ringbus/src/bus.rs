@@ -445,7 +445,7 @@ impl Bus {
 
     #[cold]
     fn create<T: Send + Sync + 'static>(&self, name: &str, capacity: Option<usize>) -> &Entry {
-        self.inner.topics.get_or_insert_with(name, || {
+        let entry = self.inner.topics.get_or_insert_with(name, || {
             let capacity = capacity.unwrap_or(self.inner.state.capacity);
             let topic = Arc::new(TopicInner::<T>::new(
                 name.into(),
@@ -457,7 +457,12 @@ impl Bus {
                 typed: topic.clone(),
                 erased: topic,
             }
-        })
+        });
+        // A `quiescent` pass that saw the list of topics change is not idle, and waits for
+        // progress: say there was some, or on an otherwise quiet bus `close` and `wait_idle`
+        // would wait for good. (Nobody handles anything on a topic just made.)
+        self.inner.state.progressed();
+        entry
     }
 
     fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {

@@ -130,6 +130,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         Ok(msgs)
     }
 
+    /// An unrouted publish is visible: wakes `close` and `wait_idle` to look again. Their
+    /// pass saw the topic's count move, which no subscriber's progress will follow (nobody
+    /// handles the message), so on an otherwise quiet bus they would wait for good. After the
+    /// cursor store, so that a look after the wake-up sees the count stand still.
+    #[cold]
+    #[inline(never)]
+    fn unrouted_published(&self) {
+        self.state.progressed();
+    }
+
     fn is_unbuffered(&self) -> bool {
         self.capacity == 0
     }
@@ -152,7 +162,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             Err(refused) => return Err(refused.with(msg)),
         };
         let mut msg = msg;
-        if self.unrouted_now() {
+        let unrouted = self.unrouted_now();
+        if unrouted {
             msg = self.unrouted(msg, 1)?;
         }
         loop {
@@ -162,6 +173,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             match writer.try_publish(msg) {
                 Ok(()) => {
                     self.metrics.published(1);
+                    if unrouted {
+                        self.unrouted_published();
+                    }
                     break;
                 }
                 Err(Full(back)) => msg = back,
@@ -270,6 +284,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             match writer.try_publish(msg) {
                 Ok(()) => {
                     self.metrics.published(1);
+                    if self.unrouted_now() {
+                        self.unrouted_published();
+                    }
                     break;
                 }
                 Err(Full(back)) => msg = back,
@@ -315,7 +332,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let Some(writer) = guard.as_mut() else {
             return Err(PublishError::Closed(msg));
         };
-        let msg = if self.unrouted_now() {
+        let unrouted = self.unrouted_now();
+        let msg = if unrouted {
             self.unrouted(msg, 1)?
         } else {
             msg
@@ -323,6 +341,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         match writer.try_publish(msg) {
             Ok(()) => {
                 self.metrics.published(1);
+                if unrouted {
+                    self.unrouted_published();
+                }
                 Ok(())
             }
             Err(Full(msg)) => {
@@ -408,6 +429,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     self.metrics.published(n);
                     if unrouted && n > 0 {
                         let _ = self.unrouted((), n);
+                        self.unrouted_published();
                     }
                     if spent {
                         // Let go of the writer, then yield (other publishes may land
