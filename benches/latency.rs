@@ -322,13 +322,15 @@ impl Peer for AsyncBroadcast {
         (tx, rxs) // `rx` is dropped here: only the subscribers' receivers hold messages
     }
 
+    /// `broadcast_direct` and `recv_direct`: the crate's allocation-free forms, as the
+    /// comparison runner wires it.
     async fn publish(tx: &Self::Tx, stamp: Stamp) {
-        tx.broadcast(stamp).await.expect("broadcast");
+        tx.broadcast_direct(stamp).await.expect("broadcast");
     }
 
     /// One message at a time: `async-broadcast` has no batch receive.
     async fn consume(mut rx: Self::Rx, mut handle: impl FnMut(Stamp) + Send + 'static) {
-        while let Ok(stamp) = rx.recv().await {
+        while let Ok(stamp) = rx.recv_direct().await {
             handle(stamp);
         }
     }
