@@ -167,6 +167,15 @@ impl Rng {
     }
 }
 
+/// A multi-thread runtime with `workers` workers and tokio's drivers.
+pub(crate) fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a multi-thread runtime")
+}
+
 /// A multi-thread runtime with one worker, that worker held (blocked in a task) until the
 /// returned sender sends or is dropped: what is spawned meanwhile is queued, not run, so a
 /// subscriber's first look at its ring finds everything published before the release.

@@ -636,11 +636,7 @@ async fn a_handler_of_another_bus_cannot_publish_into_a_closed_bus() {
 /// the fix, 15 of 34 such rounds hung in a review's run on 2 cores.
 #[test]
 fn close_returns_while_topics_are_being_made() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::multi_thread(2);
     for round in 0..30 {
         runtime.block_on(async {
             let bus = Bus::builder().capacity(16).build();
@@ -669,11 +665,7 @@ fn close_returns_while_topics_are_being_made() {
 /// it to look again.
 #[test]
 fn wait_idle_returns_while_unrouted_publishes_go_on() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::multi_thread(2);
     for round in 0..200 {
         runtime.block_on(async {
             let bus = Bus::builder().capacity(16).build();

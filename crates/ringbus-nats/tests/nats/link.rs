@@ -42,6 +42,19 @@ async fn js_link(server: &NatsServer, prefix: &str, js: JetStreamOptions, bus: &
         .unwrap()
 }
 
+/// A bus exporting `topic` over JetStream under `prefix`, and its link.
+async fn exporting(
+    server: &NatsServer,
+    prefix: &str,
+    js: JetStreamOptions,
+    topic: &str,
+) -> (Bus, Link) {
+    let bus = Bus::new();
+    let link = js_link(server, prefix, js, &bus).await;
+    link.export::<u64>(topic, Mode::JetStream).await.unwrap();
+    (bus, link)
+}
+
 /// A subscriber of `topic` on `bus` that sends every message it handles to the receiver.
 fn channel_subscriber(bus: &Bus, topic: &str) -> (Subscription, mpsc::UnboundedReceiver<u64>) {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -316,9 +329,7 @@ async fn windows_too_large_for_a_channel_are_taken_as_the_largest() {
         max_in_flight: usize::MAX,
         ..JetStreamOptions::default()
     };
-    let out_bus = Bus::new();
-    let out = js_link(&server, "wide", wide(), &out_bus).await;
-    out.export::<u64>("t", Mode::JetStream).await.unwrap();
+    let (out_bus, out) = exporting(&server, "wide", wide(), "t").await;
     let in_bus = Bus::new();
     let (_sub, mut rx) = channel_subscriber(&in_bus, "t");
     let inn = js_link(&server, "wide", wide(), &in_bus).await;
@@ -337,11 +348,8 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
     let Some(server) = NatsServer::start() else {
         return;
     };
-    let out_bus = Bus::new();
-    let out = js_link(&server, "clash", JetStreamOptions::default(), &out_bus).await;
-    out.export::<u64>("orders.eu", Mode::JetStream)
-        .await
-        .unwrap();
+    let (out_bus, out) =
+        exporting(&server, "clash", JetStreamOptions::default(), "orders.eu").await;
     let in_bus = Bus::new();
     let (_sub, mut rx) = channel_subscriber(&in_bus, "orders.eu");
     let inn = js_link(&server, "clash", JetStreamOptions::default(), &in_bus).await;
@@ -377,9 +385,7 @@ async fn a_message_refused_by_a_strict_bus_is_dead_lettered_after_its_last_deliv
         nack_delay: Duration::from_millis(50),
         ..JetStreamOptions::default()
     };
-    let out_bus = Bus::new();
-    let out = js_link(&server, "strict", js(), &out_bus).await;
-    out.export::<u64>("t", Mode::JetStream).await.unwrap();
+    let (out_bus, out) = exporting(&server, "strict", js(), "t").await;
     let in_bus = Bus::builder().strict(true).build();
     let inn = js_link(&server, "strict", js(), &in_bus).await;
     inn.import::<u64>("t", Mode::JetStream).await.unwrap();
