@@ -381,6 +381,27 @@ async fn grace(stopped: &mut [(Arc<SubShared>, Unhandled)]) {
     }
 }
 
+/// How many messages each of the `stopped` subscribers has not handled: `per_topic[i]` of
+/// them, in a row, are subscribers of `topics[i]`.
+fn left_unhandled(
+    topics: &[Arc<dyn AnyTopic>],
+    per_topic: &[usize],
+    stopped: &[(Arc<SubShared>, Unhandled)],
+) -> Vec<u64> {
+    let mut stopped = stopped.iter();
+    let mut left = Vec::new();
+    for (topic, &n) in topics.iter().zip(per_topic) {
+        let published = topic.published();
+        left.extend(
+            stopped
+                .by_ref()
+                .take(n)
+                .map(|(sub, _)| published.saturating_sub(sub.position())),
+        );
+    }
+    left
+}
+
 impl Bus {
     /// A bus with the default configuration.
     pub fn new() -> Self {
@@ -830,14 +851,32 @@ impl Bus {
         }
         let topics = self.topics();
         let mut stopped = Vec::new();
+        let mut per_topic = Vec::with_capacity(topics.len());
         for topic in &topics {
-            stopped.extend(topic.stop_subscribers());
+            let subscribers = topic.stop_subscribers();
+            per_topic.push(subscribers.len());
+            stopped.extend(subscribers);
         }
         grace(&mut stopped).await;
-        let unfinished: Vec<Unhandled> = stopped.into_iter().map(|(_, u)| u).collect();
         for topic in &topics {
             topic.close().await;
         }
+        // Counted now, not when the subscribers were stopped: a handler met in its call may
+        // have finished it during the grace, and published on its way (a handler may while
+        // the bus drains), also to a topic whose subscribers were stopped idle. With the
+        // rings closed, no count moves any more but a still-running handler's position.
+        let left = left_unhandled(&topics, &per_topic, &stopped);
+        let unfinished: Vec<Unhandled> = stopped
+            .into_iter()
+            .zip(left)
+            // One stopped idle (caught up, so not in a handler) left nothing: it was still
+            // running only because the rings close after the drain.
+            .filter(|&(_, left)| left > 0)
+            .map(|((_, unhandled), messages)| Unhandled {
+                messages,
+                ..unhandled
+            })
+            .collect();
         tracing::warn!(
             unfinished = unfinished.len(),
             still_running = unfinished.iter().filter(|u| u.running).count(),

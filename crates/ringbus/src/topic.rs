@@ -74,8 +74,9 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn wait_publishers(
         &self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-    /// Stops every subscriber still running (`SubShared::stop`), and says which ones had
-    /// messages left, how many, and whether they are still running.
+    /// Stops every subscriber still running (`SubShared::stop`), and says which ones are
+    /// still in a poll. What each left is counted by the caller once the topics are closed
+    /// (`Bus::close_with`): a handler met in its call may yet finish it, and publish.
     fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)>;
 }
 
@@ -843,30 +844,18 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     }
 
     fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)> {
-        let running: Vec<_> = self
-            .subscribers()
+        self.subscribers()
             .into_iter()
             .filter(|s| !s.done.is_cancelled())
             .map(|s| {
-                let stopped = s.stop();
-                (s, stopped)
-            })
-            .collect();
-        let published = self.published();
-        running
-            .into_iter()
-            .map(|(s, stopped)| {
                 let unhandled = Unhandled {
                     topic: self.name.to_string(),
                     subscriber: s.name.to_string(),
-                    messages: published.saturating_sub(s.position()),
-                    running: !stopped,
+                    messages: 0,
+                    running: !s.stop(),
                 };
                 (s, unhandled)
             })
-            // An idle subscriber (caught up, so not in a handler) left nothing unhandled; it
-            // is still running only because the rings close after the drain.
-            .filter(|(_, u)| u.messages > 0)
             .collect()
     }
 }
