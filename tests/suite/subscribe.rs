@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use common::{gated, recording, take, Gate, Log};
-use ringbus::{Batch, Bus, Error, SubscribeOptions, Subscription};
+use ringbus::{Batch, Bus, BusBuilder, Error, SubscribeOptions, Subscription};
 use tokio::sync::mpsc;
 use tokio_test::{assert_pending, assert_ready_ok, task};
 
@@ -342,6 +342,35 @@ async fn batch_subscribers_get_everything_in_order() {
         assert_eq!(sub.stats().handled, N);
     }
     assert_eq!(single.log.len() as u64, N);
+}
+
+/// A capacity no topic can have is refused where it is set, with a message naming the limit,
+/// not by a panic inside the first publish or subscribe that makes the topic (as it was: the
+/// ring's size overflowed there).
+#[test]
+fn a_capacity_past_the_limit_is_refused_where_it_is_set() {
+    let max = BusBuilder::MAX_CAPACITY;
+    let refusals: [(&str, fn(usize)); 2] = [
+        ("BusBuilder::capacity", |c| drop(Bus::builder().capacity(c))),
+        ("SubscribeOptions::capacity", |c| {
+            drop(SubscribeOptions::new().capacity(c))
+        }),
+    ];
+    for (name, set) in refusals {
+        set(max); // the limit itself is accepted
+        for capacity in [max + 1, usize::MAX] {
+            let panic = std::panic::catch_unwind(|| set(capacity))
+                .expect_err(&format!("{name}({capacity}) was accepted"));
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .unwrap_or_default();
+            assert!(
+                message.contains(&capacity.to_string()) && message.contains("MAX_CAPACITY"),
+                "{name}({capacity}): {message:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -214,7 +214,26 @@ impl Default for BusBuilder {
     }
 }
 
+/// `capacity`, or a panic that names the limit it passes (see [`BusBuilder::MAX_CAPACITY`]).
+#[track_caller]
+pub(crate) fn checked_capacity(capacity: usize) -> usize {
+    assert!(
+        capacity <= BusBuilder::MAX_CAPACITY,
+        "ringbus: a topic capacity of {capacity} messages is more than \
+         BusBuilder::MAX_CAPACITY ({})",
+        BusBuilder::MAX_CAPACITY
+    );
+    capacity
+}
+
 impl BusBuilder {
+    /// The largest topic capacity (2^30 messages): [`capacity`](Self::capacity) and
+    /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity) refuse more. A topic
+    /// allocates its capacity's slots when it is made, at the first publish or subscribe
+    /// naming it; the limit keeps that size representable for any message type, so that
+    /// making a topic cannot panic.
+    pub const MAX_CAPACITY: usize = 1 << 30;
+
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
     /// default 1024).
     ///
@@ -223,8 +242,15 @@ impl BusBuilder {
     /// Once the message is in it is published: that second wait ends early only if the bus
     /// closes, a `Context` no longer applies to it, and dropping the future there does not
     /// take the message back (every subscriber still handles it, exactly once).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is larger than [`MAX_CAPACITY`](Self::MAX_CAPACITY): here, where it is
+    /// set, rather than in the first publish or subscribe (as tokio's channel constructors
+    /// refuse a capacity they cannot hold).
+    #[track_caller]
     pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity;
+        self.capacity = checked_capacity(capacity);
         self
     }
 

@@ -337,8 +337,15 @@ impl SubscribeOptions {
 
     /// The topic's capacity, if this subscription creates the topic. If the topic exists with
     /// another capacity, subscribing fails with [`Error::CapacityMismatch`](crate::Error).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is larger than
+    /// [`BusBuilder::MAX_CAPACITY`](crate::BusBuilder::MAX_CAPACITY), as
+    /// [`BusBuilder::capacity`](crate::BusBuilder::capacity).
+    #[track_caller]
     pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = Some(capacity);
+        self.capacity = Some(crate::bus::checked_capacity(capacity));
         self
     }
 
