@@ -350,13 +350,14 @@ async fn batch_subscribers_get_everything_in_order() {
 #[test]
 fn a_capacity_past_the_limit_is_refused_where_it_is_set() {
     let max = BusBuilder::MAX_CAPACITY;
-    let refusals: [(&str, fn(usize)); 2] = [
-        ("BusBuilder::capacity", |c| drop(Bus::builder().capacity(c))),
-        ("SubscribeOptions::capacity", |c| {
-            drop(SubscribeOptions::new().capacity(c))
-        }),
-    ];
-    for (name, set) in refusals {
+    fn on_the_bus(capacity: usize) {
+        drop(Bus::builder().capacity(capacity));
+    }
+    fn on_a_subscription(capacity: usize) {
+        drop(SubscribeOptions::new().capacity(capacity));
+    }
+    let setters = [on_the_bus, on_a_subscription];
+    for (set, name) in setters.into_iter().zip(["BusBuilder", "SubscribeOptions"]) {
         set(max); // the limit itself is accepted
         for capacity in [max + 1, usize::MAX] {
             let panic = std::panic::catch_unwind(|| set(capacity))
