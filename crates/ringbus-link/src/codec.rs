@@ -203,6 +203,9 @@ impl From<HeaderError> for CodecError {
 ///
 /// [`Json`] is the default. A codec only sees bodies and metadata; subjects, the topic and
 /// the origin of a message are the link's business.
+///
+/// A codec that panics costs the message it was given, and nothing more: the links take the
+/// panic for an `Err` (an export error, or bad input that is dead-lettered) and go on.
 pub trait Codec<T>: Send + Sync + 'static {
     /// Appends the body of `msg` to `body` and fills in `meta` (id and headers) if the
     /// message type carries them.
@@ -225,6 +228,46 @@ pub trait Codec<T>: Send + Sync + 'static {
     fn records_origin(&self) -> bool {
         false
     }
+}
+
+/// For link engines: [`Codec::encode`], with a panic in the codec turned into a
+/// [`CodecError`]. A codec is user code: one that panics on a message must cost that message
+/// (refused and counted as any encoding error), not the task that runs the link.
+///
+/// Unwind safety: `body` and `meta` may hold a partial encoding after a panic; the engine
+/// drops or clears both with the message. A codec's own state is its business, as after an
+/// `Err`.
+#[doc(hidden)]
+pub fn encode_caught<T, C: Codec<T>>(
+    codec: &C,
+    msg: &T,
+    body: &mut Vec<u8>,
+    meta: &mut Meta,
+) -> Result<(), CodecError> {
+    caught(std::panic::AssertUnwindSafe(|| {
+        codec.encode(msg, body, meta)
+    }))
+}
+
+/// For link engines: [`Codec::decode`], with a panic in the codec turned into a
+/// [`CodecError`] (see [`encode_caught`]): the message counts as bad input, and the import
+/// goes on with the next one.
+#[doc(hidden)]
+pub fn decode_caught<T, C: Codec<T>>(codec: &C, body: &[u8], meta: Meta) -> Result<T, CodecError> {
+    caught(std::panic::AssertUnwindSafe(|| codec.decode(body, meta)))
+}
+
+fn caught<R>(
+    call: std::panic::AssertUnwindSafe<impl FnOnce() -> Result<R, CodecError>>,
+) -> Result<R, CodecError> {
+    std::panic::catch_unwind(call).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not a string)");
+        Err(CodecError::new(format!("the codec panicked: {what}")))
+    })
 }
 
 /// JSON through `serde_json`: the default codec. Plain types travel as their JSON body

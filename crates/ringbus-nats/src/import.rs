@@ -41,14 +41,18 @@ impl ImportTask {
     }
 
     /// Waits for the task until `deadline`: it stops taking messages (the link's
-    /// `stop_imports` is cancelled) and settles what it holds. False if the deadline cut it
-    /// (the task is then aborted; JetStream delivers what it held again after the ack wait).
+    /// `stop_imports` is cancelled) and settles what it holds. False if it did not: the
+    /// deadline cut it (it is then aborted), or it had ended by a panic. JetStream delivers
+    /// what it held again after the ack wait.
     pub(crate) async fn finish(mut self, deadline: tokio::time::Instant) -> bool {
-        if tokio::time::timeout_at(deadline, &mut self.task)
-            .await
-            .is_ok()
-        {
-            return true;
+        match tokio::time::timeout_at(deadline, &mut self.task).await {
+            Ok(Ok(())) => return true,
+            // Not settled either: what it held is delivered again, as after a cut.
+            Ok(Err(ended)) => {
+                tracing::error!(error = %ended, "ringbus-nats: an import task ended early");
+                return false;
+            }
+            Err(_) => {}
         }
         self.task.abort();
         false

@@ -156,7 +156,8 @@ pub struct LinkStats {
 pub struct LinkCloseReport {
     /// True if every step finished inside the deadline.
     pub complete: bool,
-    /// The step the deadline cut, if any.
+    /// The step the deadline cut, if any (also "settling imports" if an import's task had
+    /// ended by a panic: what it held was not settled).
     pub cut_at: Option<&'static str>,
     /// Imports handed to the bus and not settled (acked or given back) when the deadline
     /// passed; JetStream delivers them again.

@@ -7,8 +7,8 @@ use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use crate::codec::{
-    check_header, is_reserved, next_id, Codec, CodecError, HeaderError, Headers, Meta, ID_HEADER,
-    NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
+    check_header, decode_caught, encode_caught, is_reserved, next_id, Codec, CodecError,
+    HeaderError, Headers, Meta, ID_HEADER, NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
 };
 
 /// Why a message could not be exported.
@@ -91,9 +91,7 @@ pub(crate) fn encode<T, C: Codec<T>>(
     // Sized from the caller's last body: JSON grown from empty reallocates 4-8 times.
     let mut body = Vec::with_capacity(capacity.min(max));
     let mut meta = Meta::default();
-    codec
-        .encode(msg, &mut body, &mut meta)
-        .map_err(ExportError::Encode)?;
+    encode_caught(codec, msg, &mut body, &mut meta).map_err(ExportError::Encode)?;
     if body.len() > max {
         return Err(ExportError::TooLarge {
             bytes: body.len(),
@@ -164,15 +162,11 @@ pub(crate) fn decode<T, C: Codec<T>>(
             user.insert_unchecked(name.to_string(), value.to_string());
         }
     }
-    codec
-        .decode(
-            body,
-            Meta {
-                id: Some(id),
-                headers: user,
-            },
-        )
-        .map_err(|_| BadInput::Decode)
+    let meta = Meta {
+        id: Some(id),
+        headers: user,
+    };
+    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
 }
 
 #[cfg(test)]

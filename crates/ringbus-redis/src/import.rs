@@ -58,14 +58,18 @@ pub(crate) struct ImportTask {
 
 impl ImportTask {
     /// Waits for the task until `deadline`: it stops reading (the link's `stop_imports` is
-    /// cancelled) and settles what it holds. False if the deadline cut it (the task is then
-    /// aborted; what it held stays pending and is claimed after `claim_idle`).
+    /// cancelled) and settles what it holds. False if it did not: the deadline cut it (it is
+    /// then aborted), or it had ended by a panic. What it held stays pending and is claimed
+    /// after `claim_idle`.
     pub(crate) async fn finish(mut self, deadline: Instant) -> bool {
-        if tokio::time::timeout_at(deadline, &mut self.task)
-            .await
-            .is_ok()
-        {
-            return true;
+        match tokio::time::timeout_at(deadline, &mut self.task).await {
+            Ok(Ok(())) => return true,
+            // Not settled either: what it held is delivered again, as after a cut.
+            Ok(Err(ended)) => {
+                tracing::error!(error = %ended, "ringbus-redis: an import task ended early");
+                return false;
+            }
+            Err(_) => {}
         }
         self.task.abort();
         false

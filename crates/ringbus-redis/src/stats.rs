@@ -119,7 +119,8 @@ impl Counters {
 pub struct LinkCloseReport {
     /// True if every step finished inside the deadline.
     pub complete: bool,
-    /// The step the deadline cut, if any.
+    /// The step the deadline cut, if any (also "settling imports" if an import's task had
+    /// ended by a panic: what it held was not settled).
     pub cut_at: Option<&'static str>,
     /// Imports handed to the bus and not settled (acked, given back or dead-lettered) when
     /// the deadline passed; they stay pending in their group and are claimed again after

@@ -9,7 +9,7 @@
 use std::fmt;
 
 use redis::Value;
-use ringbus_link::codec::{check_header, is_reserved};
+use ringbus_link::codec::{check_header, decode_caught, encode_caught, is_reserved};
 use ringbus_link::ids::next_id;
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
 use ringbus_link::{Codec, CodecError, HeaderError, Headers, Meta};
@@ -110,9 +110,7 @@ pub(crate) fn encode<T, C: Codec<T>>(
 ) -> Result<Outgoing, ExportError> {
     body.clear();
     let mut meta = Meta::default();
-    codec
-        .encode(msg, body, &mut meta)
-        .map_err(ExportError::Encode)?;
+    encode_caught(codec, msg, body, &mut meta).map_err(ExportError::Encode)?;
     if body.len() > max {
         return Err(ExportError::TooLarge {
             bytes: body.len(),
@@ -247,15 +245,11 @@ pub(crate) fn decode<T, C: Codec<T>>(
         }
         headers.insert_unchecked(name.to_string(), value.to_string());
     }
-    codec
-        .decode(
-            body,
-            Meta {
-                id: Some(id),
-                headers,
-            },
-        )
-        .map_err(|_| BadInput::Decode)
+    let meta = Meta {
+        id: Some(id),
+        headers,
+    };
+    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
 }
 
 #[cfg(test)]

@@ -217,6 +217,74 @@ async fn bad_input_from_the_wire_is_counted_and_never_stalls_the_link() {
     }
 }
 
+/// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
+#[derive(Clone, Copy)]
+struct Touchy;
+
+impl ringbus_nats::Codec<u64> for Touchy {
+    fn encode(
+        &self,
+        msg: &u64,
+        body: &mut Vec<u8>,
+        meta: &mut ringbus_nats::Meta,
+    ) -> Result<(), ringbus_nats::CodecError> {
+        assert_ne!(*msg, 13, "Touchy cannot encode 13");
+        ringbus_nats::Codec::<u64>::encode(&ringbus_nats::Json, msg, body, meta)
+    }
+
+    fn decode(
+        &self,
+        body: &[u8],
+        meta: ringbus_nats::Meta,
+    ) -> Result<u64, ringbus_nats::CodecError> {
+        assert_ne!(body, b"14", "Touchy cannot decode 14");
+        ringbus_nats::Codec::<u64>::decode(&ringbus_nats::Json, body, meta)
+    }
+}
+
+/// A codec is user code, and one that panics costs its message only: counted as an export
+/// error on the way out and as bad input on the way in, and the link goes on. (A decoding
+/// panic used to end the import's task: nothing more came in, and its close reported it
+/// complete.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codec_that_panics_costs_its_message_only() {
+    for mode in [Mode::Core, Mode::JetStream] {
+        let Some(server) = NatsServer::start() else {
+            return;
+        };
+        let (sender, receiver) = (Bus::new(), Bus::new());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _sub = receiver
+            .subscribe("n", move |n: &u64| {
+                let _ = tx.send(*n);
+                async {}
+            })
+            .unwrap();
+        let import = Link::builder(server.url())
+            .connect(&receiver)
+            .await
+            .unwrap();
+        import.import_with("n", mode, Touchy).await.unwrap();
+        let export = Link::builder(server.url()).connect(&sender).await.unwrap();
+        export.export_with("n", mode, Touchy).await.unwrap();
+        for n in [13u64, 14, 42, 43] {
+            sender.publish("n", n).await.unwrap();
+        }
+        assert_eq!(recv(&mut rx).await, 42, "{mode:?}");
+        assert_eq!(recv(&mut rx).await, 43, "{mode:?}");
+        eventually("the export error counted", || {
+            export.stats().export_errors == 1
+        })
+        .await;
+        eventually("the bad input counted", || import.stats().bad_input == 1).await;
+        assert_eq!(export.stats().exported, 3, "{mode:?}");
+        assert!(export.close(WAIT).await.complete, "{mode:?}");
+        assert!(import.close(WAIT).await.complete, "{mode:?}");
+        sender.close().await;
+        receiver.close().await;
+    }
+}
+
 /// Two processes, one topic linked both ways: each handles the other's messages once and its
 /// own once; nothing echoes back and forth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

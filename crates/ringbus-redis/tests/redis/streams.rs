@@ -193,6 +193,74 @@ async fn the_ack_waits_for_every_local_handler() {
     bus.close().await;
 }
 
+/// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
+struct Touchy;
+
+impl ringbus_redis::Codec<u64> for Touchy {
+    fn encode(
+        &self,
+        msg: &u64,
+        body: &mut Vec<u8>,
+        meta: &mut ringbus_redis::Meta,
+    ) -> Result<(), ringbus_redis::CodecError> {
+        assert_ne!(*msg, 13, "Touchy cannot encode 13");
+        ringbus_redis::Codec::<u64>::encode(&ringbus_redis::Json, msg, body, meta)
+    }
+
+    fn decode(
+        &self,
+        body: &[u8],
+        meta: ringbus_redis::Meta,
+    ) -> Result<u64, ringbus_redis::CodecError> {
+        assert_ne!(body, b"14", "Touchy cannot decode 14");
+        ringbus_redis::Codec::<u64>::decode(&ringbus_redis::Json, body, meta)
+    }
+}
+
+/// A codec is user code, and one that panics costs its message only: counted as an export
+/// error on the way out, as bad input (and dead-lettered) on the way in, and the link goes
+/// on. (A decoding panic used to end the import's task: nothing more came in.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codec_that_panics_costs_its_message_only() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (sender, receiver) = (Bus::new(), Bus::new());
+    let (tx, mut got) = mpsc::unbounded_channel();
+    let _sub = receiver
+        .subscribe("t", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let import = link(&server, &receiver, options()).await;
+    import.import_with("t", Touchy).await.unwrap();
+    let export = link(&server, &sender, options()).await;
+    export.export_with("t", Touchy).await.unwrap();
+    for n in [13u64, 14, 42, 43] {
+        sender.publish("t", n).await.unwrap();
+    }
+    for n in [42, 43] {
+        assert_eq!(
+            tokio::time::timeout(WAIT, got.recv()).await.unwrap(),
+            Some(n)
+        );
+    }
+    eventually("the export error counted", || {
+        export.stats().export_errors == 1
+    })
+    .await;
+    eventually("the bad input dead-lettered", || {
+        import.stats().dead_lettered == 1
+    })
+    .await;
+    assert_eq!((export.stats().exported, import.stats().bad_input), (3, 1));
+    assert!(export.close(WAIT).await.complete);
+    assert!(import.close(WAIT).await.complete);
+    sender.close().await;
+    receiver.close().await;
+}
+
 /// Entries that do not decode (or lack fields) are dead-lettered and counted; the good ones
 /// around them are handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
