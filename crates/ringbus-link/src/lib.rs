@@ -32,3 +32,8 @@ pub mod ids;
 pub mod names;
 
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
+
+/// The longest wait a link takes as given: 30 years. A longer one in a link's options, such
+/// as `Duration::MAX` for "no limit", counts as this. Engines turn waits into instants and
+/// into their servers' milliseconds or nanoseconds, where a longer one would overflow.
+pub const LONGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);

@@ -17,10 +17,9 @@ use crate::error::LinkError;
 use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
-
-/// A deadline that does not come: what `close` and a request wait for when their timeout is
-/// past what the clock can represent (30 years, as tokio's own far future).
-pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+/// Also a deadline that does not come: what `close` and a request wait for when their
+/// timeout is past what the clock can represent.
+pub(crate) use ringbus_link::LONGEST_WAIT;
 
 /// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
 /// subject prefix.
@@ -102,7 +101,7 @@ impl LinkBuilder {
 
     /// JetStream settings.
     pub fn jetstream(mut self, options: JetStreamOptions) -> Self {
-        self.jetstream = options;
+        self.jetstream = options.clamped();
         self
     }
 
@@ -122,7 +121,7 @@ impl LinkBuilder {
 
     /// How long connecting may take. Default: 5 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
+        self.connection_timeout = timeout.min(LONGEST_WAIT);
         self
     }
 
@@ -692,7 +691,7 @@ impl Link {
         // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
         let deadline = started
             .checked_add(timeout)
-            .unwrap_or_else(|| started + FAR_FUTURE);
+            .unwrap_or_else(|| started + LONGEST_WAIT);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {

@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ringbus_link::LONGEST_WAIT;
+
 /// Credentials for the NATS server, handed to `async-nats`. Their `Debug` output never shows
 /// a secret, and the link never logs them.
 #[derive(Clone)]
@@ -135,6 +137,9 @@ impl Sharing {
 }
 
 /// JetStream settings of a link (used by every topic linked in [`Mode::JetStream`]).
+///
+/// A wait longer than [`LONGEST_WAIT`](ringbus_link::LONGEST_WAIT) (30 years), such as
+/// `Duration::MAX` for "no limit", counts as that.
 #[derive(Clone, Debug)]
 pub struct JetStreamOptions {
     /// The stream, created if missing, that holds the subjects of the topics linked in
@@ -175,6 +180,19 @@ pub struct JetStreamOptions {
     /// stream and its consumers survive the loss of one node. An existing stream keeps its
     /// own setting. Default: 1.
     pub replicas: usize,
+}
+
+impl JetStreamOptions {
+    /// These options with every wait at most [`LONGEST_WAIT`].
+    pub(crate) fn clamped(self) -> Self {
+        Self {
+            nack_delay: self.nack_delay.min(LONGEST_WAIT),
+            ack_wait: self.ack_wait.min(LONGEST_WAIT),
+            publish_retry_for: self.publish_retry_for.min(LONGEST_WAIT),
+            duplicate_window: self.duplicate_window.min(LONGEST_WAIT),
+            ..self
+        }
+    }
 }
 
 impl Default for JetStreamOptions {

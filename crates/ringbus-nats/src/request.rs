@@ -69,7 +69,7 @@ use crate::codec::Json;
 use crate::error::LinkError;
 use crate::export::ExportTask;
 use crate::import::{core_subscribe, take, ImportTask};
-use crate::link::{Claim, Link, LinkShared, FAR_FUTURE};
+use crate::link::{Claim, Link, LinkShared, LONGEST_WAIT};
 use crate::options::Sharing;
 use crate::stats::add;
 use crate::wire::{decode, encode};
@@ -165,7 +165,7 @@ where
         // A `request_timeout` past what the clock can represent (`Duration::MAX`) is none.
         let ours = now
             .checked_add(self.link.request_timeout)
-            .unwrap_or_else(|| now + FAR_FUTURE);
+            .unwrap_or_else(|| now + LONGEST_WAIT);
         let deadline = responder.deadline().map_or(ours, |d| d.min(ours));
         let mut headers = message.headers;
         let left = deadline.saturating_duration_since(now).as_millis().max(1);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::Client;
 use ringbus::Bus;
 use ringbus_link::ids::process_tag;
-use ringbus_link::{Codec, Json};
+use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -19,10 +19,6 @@ use crate::error::{check_name, LinkError};
 use crate::options::StreamOptions;
 use crate::stats::{ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import};
-
-/// A deadline that does not come: what `close` waits for when its timeout is past what the
-/// clock can represent (30 years, as tokio's own far future).
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// Builds a [`Link`]: where to connect, under which key prefix, with which stream settings.
 ///
@@ -107,7 +103,7 @@ impl LinkBuilder {
 
     /// Stream and consumer-group settings.
     pub fn streams(mut self, options: StreamOptions) -> Self {
-        self.streams = options;
+        self.streams = options.clamped();
         self
     }
 
@@ -119,14 +115,14 @@ impl LinkBuilder {
 
     /// How long connecting may take. Default: 5 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
+        self.connection_timeout = timeout.min(LONGEST_WAIT);
         self
     }
 
     /// How long a command may wait for its answer (a blocking read: past its `BLOCK`)
     /// before the connection is taken for lost and made anew. Default: 5 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.response_timeout = timeout.min(LONGEST_WAIT);
         self
     }
 
@@ -578,7 +574,7 @@ impl Link {
         // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
         let deadline = started
             .checked_add(timeout)
-            .unwrap_or_else(|| started + FAR_FUTURE);
+            .unwrap_or_else(|| started + LONGEST_WAIT);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {

@@ -2,7 +2,12 @@
 
 use std::time::Duration;
 
+use ringbus_link::LONGEST_WAIT;
+
 /// Settings of the link's streams and consumer groups.
+///
+/// A wait longer than [`LONGEST_WAIT`](ringbus_link::LONGEST_WAIT) (30 years), such as
+/// `Duration::MAX` for "no limit", counts as that.
 ///
 /// ```
 /// use ringbus_redis::StreamOptions;
@@ -78,6 +83,17 @@ impl Default for StreamOptions {
 }
 
 impl StreamOptions {
+    /// These options with every wait at most [`LONGEST_WAIT`].
+    pub(crate) fn clamped(self) -> Self {
+        Self {
+            claim_idle: self.claim_idle.min(LONGEST_WAIT),
+            nack_delay: self.nack_delay.min(LONGEST_WAIT),
+            block: self.block.min(LONGEST_WAIT),
+            publish_retry_for: self.publish_retry_for.min(LONGEST_WAIT),
+            ..self
+        }
+    }
+
     /// How often an import looks for messages to claim: half the shorter of `nack_delay`
     /// and `claim_idle`, between 10 ms and `block`.
     pub(crate) fn claim_interval(&self) -> Duration {

@@ -217,6 +217,54 @@ async fn bad_input_from_the_wire_is_counted_and_never_stalls_the_link() {
     }
 }
 
+/// "No limit" said as `Duration::MAX`, in every wait a link is given: the link works (each
+/// such wait counts as `ringbus_link::LONGEST_WAIT`) instead of overflowing when it turns
+/// them into instants or into the server's nanoseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_without_a_limit_are_taken_as_very_long_ones() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let endless = JetStreamOptions {
+        nack_delay: Duration::MAX,
+        ack_wait: Duration::MAX,
+        publish_retry_for: Duration::MAX,
+        duplicate_window: Duration::MAX,
+        ..JetStreamOptions::default()
+    };
+    let connect = |bus: Bus| {
+        let (url, js) = (server.url(), endless.clone());
+        async move {
+            Link::builder(url)
+                .connection_timeout(Duration::MAX)
+                .request_timeout(Duration::MAX)
+                .jetstream(js)
+                .connect(&bus)
+                .await
+                .unwrap()
+        }
+    };
+    let (sender, receiver) = (Bus::new(), Bus::new());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = receiver
+        .subscribe("n", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let import = connect(receiver.clone()).await;
+    import.import::<u64>("n", Mode::JetStream).await.unwrap();
+    let export = connect(sender.clone()).await;
+    export.export::<u64>("n", Mode::JetStream).await.unwrap();
+    sender.publish("n", 7u64).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 7);
+    eventually("acked", || import.stats().acked == 1).await;
+    assert!(export.close(Duration::MAX).await.complete);
+    assert!(import.close(Duration::MAX).await.complete);
+    sender.close().await;
+    receiver.close().await;
+}
+
 /// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
 #[derive(Clone, Copy)]
 struct Touchy;

@@ -193,6 +193,57 @@ async fn the_ack_waits_for_every_local_handler() {
     bus.close().await;
 }
 
+/// "No limit" said as `Duration::MAX`, in every wait a link is given: the link works (each
+/// such wait counts as `ringbus_link::LONGEST_WAIT`) instead of overflowing when it turns
+/// them into instants or into Redis's milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_without_a_limit_are_taken_as_very_long_ones() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let endless = StreamOptions {
+        claim_idle: Duration::MAX,
+        nack_delay: Duration::MAX,
+        block: Duration::MAX,
+        publish_retry_for: Duration::MAX,
+        ..StreamOptions::default()
+    };
+    let connect = |bus: Bus| {
+        let (url, streams) = (server.url(), endless.clone());
+        async move {
+            Link::builder(url)
+                .connection_timeout(Duration::MAX)
+                .response_timeout(Duration::MAX)
+                .streams(streams)
+                .connect(&bus)
+                .await
+                .unwrap()
+        }
+    };
+    let (sender, receiver) = (Bus::new(), Bus::new());
+    let (tx, mut got) = mpsc::unbounded_channel();
+    let _sub = receiver
+        .subscribe("t", move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    let import = connect(receiver.clone()).await;
+    import.import::<u64>("t").await.unwrap();
+    let export = connect(sender.clone()).await;
+    export.export::<u64>("t").await.unwrap();
+    sender.publish("t", 7u64).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, got.recv()).await.unwrap(),
+        Some(7)
+    );
+    eventually("acked", || import.stats().acked == 1).await;
+    assert!(export.close(Duration::MAX).await.complete);
+    assert!(import.close(Duration::MAX).await.complete);
+    sender.close().await;
+    receiver.close().await;
+}
+
 /// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
 struct Touchy;
 
