@@ -156,13 +156,7 @@ async fn bad_input_from_the_wire_is_counted_and_never_stalls_the_link() {
             return;
         };
         let bus = Bus::new();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let _sub = bus
-            .subscribe("n", move |n: &u64| {
-                let _ = tx.send(*n);
-                async {}
-            })
-            .unwrap();
+        let (_sub, mut rx) = channel_subscriber(&bus, "n");
         let link = Link::builder(server.url()).connect(&bus).await.unwrap();
         link.import::<u64>("n", mode).await.unwrap();
         let subject = link.subject("n").unwrap();
@@ -245,13 +239,7 @@ async fn waits_without_a_limit_are_taken_as_very_long_ones() {
         }
     };
     let (sender, receiver) = (Bus::new(), Bus::new());
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = receiver
-        .subscribe("n", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut rx) = channel_subscriber(&receiver, "n");
     let import = connect(receiver.clone()).await;
     import.import::<u64>("n", Mode::JetStream).await.unwrap();
     let export = connect(sender.clone()).await;
@@ -301,13 +289,7 @@ async fn a_codec_that_panics_costs_its_message_only() {
             return;
         };
         let (sender, receiver) = (Bus::new(), Bus::new());
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let _sub = receiver
-            .subscribe("n", move |n: &u64| {
-                let _ = tx.send(*n);
-                async {}
-            })
-            .unwrap();
+        let (_sub, mut rx) = channel_subscriber(&receiver, "n");
         let import = Link::builder(server.url())
             .connect(&receiver)
             .await

@@ -76,6 +76,18 @@ fn field(entry: &redis::streams::StreamId, name: &str) -> String {
     }
 }
 
+/// A subscriber of `topic` that sends each message it handles to the returned channel.
+fn forwarding(bus: &Bus, topic: &str) -> (ringbus::Subscription, mpsc::UnboundedReceiver<u64>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe(topic, move |n: &u64| {
+            let _ = tx.send(*n);
+            async {}
+        })
+        .unwrap();
+    (sub, rx)
+}
+
 /// A message whose handler had not finished when its importer died is not acknowledged: a
 /// live consumer of the group claims it after `claim_idle` and handles it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,13 +233,7 @@ async fn waits_without_a_limit_are_taken_as_very_long_ones() {
         }
     };
     let (sender, receiver) = (Bus::new(), Bus::new());
-    let (tx, mut got) = mpsc::unbounded_channel();
-    let _sub = receiver
-        .subscribe("t", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut got) = forwarding(&receiver, "t");
     let import = connect(receiver.clone()).await;
     import.import::<u64>("t").await.unwrap();
     let export = connect(sender.clone()).await;
@@ -277,13 +283,7 @@ async fn a_codec_that_panics_costs_its_message_only() {
         return;
     };
     let (sender, receiver) = (Bus::new(), Bus::new());
-    let (tx, mut got) = mpsc::unbounded_channel();
-    let _sub = receiver
-        .subscribe("t", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut got) = forwarding(&receiver, "t");
     let import = link(&server, &receiver, options()).await;
     import.import_with("t", Touchy).await.unwrap();
     let export = link(&server, &sender, options()).await;
@@ -320,13 +320,7 @@ async fn bad_wire_input_is_dead_lettered_and_counted() {
         return;
     };
     let bus = Bus::new();
-    let (tx, mut got) = mpsc::unbounded_channel();
-    let _sub = bus
-        .subscribe("t", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut got) = forwarding(&bus, "t");
     let l = link(&server, &bus, options()).await;
     l.import::<u64>("t").await.unwrap();
     let mut conn = raw(&server).await;
@@ -574,13 +568,7 @@ async fn tls_round_trips_through_a_tls_only_server_whose_certificate_is_verified
         matches!(&untrusted, Err(LinkError::Connect(e)) if e.to_string().contains("UnknownIssuer")),
         "a certificate from an unknown CA must be refused: {untrusted:?}"
     );
-    let (tx, mut got) = mpsc::unbounded_channel();
-    let _sub = bus
-        .subscribe("in", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut got) = forwarding(&bus, "in");
     let connect = || {
         Link::builder(server.url())
             .prefix("s")
@@ -648,13 +636,7 @@ async fn a_window_too_large_for_a_channel_is_taken_as_the_largest() {
     let out = link(&server, &out_bus, options()).await;
     out.export::<u64>("t").await.unwrap();
     let in_bus = Bus::new();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = in_bus
-        .subscribe("t", move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut rx) = forwarding(&in_bus, "t");
     let wide = StreamOptions {
         max_in_flight: usize::MAX,
         ..options()
