@@ -120,7 +120,7 @@ where
                 ..Default::default()
             };
             let consumer: jetstream::consumer::Consumer<pull::Config> = stream
-                .get_or_create_consumer(&durable, config)
+                .get_or_create_consumer(&durable, config.clone())
                 .await
                 .map_err(|e| LinkError::JetStream(e.to_string()))?;
             // The name keeps only letters, digits and '-' of the topic, so two topics can
@@ -136,11 +136,41 @@ where
                      durable name or group"
                 )));
             }
+            let consumer = with_settings(&stream, consumer, config).await?;
             tokio::spawn(js_loop(link.clone(), local, subject, codec, consumer))
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
     Ok(ImportTask { task })
+}
+
+/// `consumer`, with the delivery settings of `config` if an earlier run made it with others.
+/// The link counts deliveries against its own `max_deliver` (it dead-letters on the last),
+/// so the server's must be the same: a consumer that allows fewer would stop delivering a
+/// failing message before the link dead-letters it.
+async fn with_settings(
+    stream: &jetstream::stream::Stream,
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+    config: pull::Config,
+) -> Result<jetstream::consumer::Consumer<pull::Config>, LinkError> {
+    let had = &consumer.cached_info().config;
+    let settings = |c: &pull::Config| (c.ack_wait, c.max_deliver, c.max_ack_pending);
+    let was = (had.ack_wait, had.max_deliver, had.max_ack_pending);
+    if was == settings(&config) {
+        return Ok(consumer);
+    }
+    tracing::info!(
+        consumer = ?config.durable_name,
+        was = ?was,
+        now = ?settings(&config),
+        "ringbus-nats: the durable consumer takes this link's ack_wait, max_deliver and \
+         max_in_flight"
+    );
+    // A create with the name of a durable that exists updates its settings.
+    stream
+        .create_consumer(config)
+        .await
+        .map_err(|e| LinkError::JetStream(e.to_string()))
 }
 
 /// Subscribes to `subject` (in the queue group, when shared) and waits until the server

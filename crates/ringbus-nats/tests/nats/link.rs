@@ -469,6 +469,48 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
     assert!(out.close(WAIT).await.complete);
 }
 
+/// A durable consumer made by an earlier run with other settings takes this run's: here it
+/// allowed 2 deliveries and the link now allows 3. Kept as it was, the server stopped after
+/// the second delivery while the link waited for a third to dead-letter the message, which
+/// was then lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_consumer_takes_the_links_delivery_settings() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let js = |max_deliver| JetStreamOptions {
+        max_deliver,
+        nack_delay: Duration::from_millis(50),
+        ack_wait: Duration::from_secs(10 * u64::from(max_deliver)),
+        ..JetStreamOptions::default()
+    };
+    let earlier_bus = Bus::new();
+    let earlier = js_link(&server, "again", js(2), &earlier_bus).await;
+    earlier.import::<u64>("t", Mode::JetStream).await.unwrap();
+    assert!(earlier.close(WAIT).await.complete);
+
+    let (out_bus, out) = exporting(&server, "again", js(3), "t").await;
+    // Strict, with no subscriber: every delivery is refused, and the last is dead-lettered.
+    let in_bus = Bus::builder().strict(true).build();
+    let inn = js_link(&server, "again", js(3), &in_bus).await;
+    inn.import::<u64>("t", Mode::JetStream).await.unwrap();
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let stream = raw.get_stream("AGAIN").await.unwrap();
+    let consumer = stream.consumer_info("ringbus_t").await.unwrap();
+    assert_eq!(
+        (consumer.config.max_deliver, consumer.config.ack_wait),
+        (3, Duration::from_secs(30))
+    );
+    out_bus.publish("t", 7u64).await.unwrap();
+    eventually("the message dead-lettered on its third delivery", || {
+        inn.stats().dead_lettered == 1
+    })
+    .await;
+    assert_eq!(inn.stats().nacked, 2, "{:?}", inn.stats());
+    assert!(inn.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+}
+
 /// On a strict bus, a JetStream message that arrives while its topic has no local subscriber
 /// is refused by the bus (`NoSubscriber`) and delivered again; on the last delivery the
 /// consumer allows it is dead-lettered, as a handler failure is, not left where the server
