@@ -258,6 +258,11 @@ BUGS = [
      "        }\n"
      "        let left_unhandled = |_: &[_], _: &[_], _: &[_]| early;\n",
      plain("ringbus-suite", "suite", "close::a_bounded_close_reports_what_was_left_when_it_returns")),
+    ("bus close_with: any bus's handler counts as inside this bus's handlers",
+     BUS + "bus.rs",
+     "        if state.in_own_handler() {\n",
+     "        if CURRENT_SUBSCRIBER.try_with(|_| ()).is_ok() {\n",
+     plain("ringbus-suite", "suite", "close::a_handler_of_another_bus_waits_for_this_bus_like_any_task")),
     ("bus subscriber: the stall timer is polled with the budget the handler used up",
      BUS + "subscriber.rs",
      "            if had_budget && !tokio::task::coop::has_budget_remaining() {\n",

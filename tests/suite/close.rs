@@ -736,6 +736,46 @@ async fn a_handler_of_another_bus_cannot_publish_into_a_closed_bus() {
     x.close().await;
 }
 
+/// Only a handler of the bus itself cannot wait for its drain (it may be what the drain
+/// waits for). A handler of another bus is an outsider: its `wait_idle` and `close_with` of
+/// this bus wait for the drain as a task's would, and the report says it finished. (Both
+/// used to return at once from any bus's handler: `wait_idle` before anything was handled,
+/// `close_with` with `complete: false` and nothing listed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_of_another_bus_waits_for_this_bus_like_any_task() {
+    let (x, y) = (Bus::new(), Bus::new());
+    let gate = Gate::closed();
+    let held = gated(&y, "t", "held", &gate);
+    for m in 0..3u64 {
+        y.publish("t", m).await.unwrap();
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (other, log) = (y.clone(), held.log.clone());
+    let _closer = x
+        .subscribe("go", move |_: &u64| {
+            let (y, log, tx) = (other.clone(), log.clone(), tx.clone());
+            async move {
+                y.wait_idle().await;
+                let handled_when_idle = log.len();
+                let report = y
+                    .close_with(&Context::new().with_timeout(Duration::from_secs(60)))
+                    .await;
+                let _ = tx.send((handled_when_idle, report));
+            }
+        })
+        .unwrap();
+    x.publish("go", 0u64).await.unwrap();
+    gate.open();
+    let (handled_when_idle, report) = rx.recv().await.expect("the handler ran");
+    assert_eq!(handled_when_idle, 3, "wait_idle returned before y was idle");
+    assert!(
+        report.complete && report.unfinished.is_empty(),
+        "{report:?}"
+    );
+    assert!(held.sub.is_finished());
+    x.close().await;
+}
+
 /// `close` on a quiet bus while another task keeps making topics (nobody handles anything on
 /// them) returns: a topic made during its look at the counts used to leave it waiting for a
 /// subscriber's progress that never came. Counted rounds, each bounded by a watchdog; before

@@ -193,10 +193,16 @@ impl BusState {
     /// handler of another bus is refused like any other outsider).
     #[inline]
     pub(crate) fn refuses(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-            && CURRENT_SUBSCRIBER
-                .try_with(|current| current.bus != std::ptr::from_ref(self) as usize)
-                .unwrap_or(true)
+        self.closed.load(Ordering::Acquire) && !self.in_own_handler()
+    }
+
+    /// True when called from inside one of this bus's handlers (a handler of another bus is
+    /// an outsider here).
+    #[inline]
+    pub(crate) fn in_own_handler(&self) -> bool {
+        CURRENT_SUBSCRIBER
+            .try_with(|current| current.bus == std::ptr::from_ref(self) as usize)
+            .unwrap_or(false)
     }
 }
 
@@ -800,6 +806,11 @@ impl Bus {
         &self.inner.state.progress
     }
 
+    /// True when called from inside one of this bus's handlers (see `wait_idle`).
+    pub(crate) fn in_own_handler(&self) -> bool {
+        self.inner.state.in_own_handler()
+    }
+
     /// How many wait on the subscribers' progress (close, delivery receipts).
     #[cfg(test)]
     pub(crate) fn progress_watchers(&self) -> usize {
@@ -820,10 +831,13 @@ impl Bus {
     /// every accepted message has been handled by every subscriber and every subscriber task
     /// has finished. Idempotent: every caller waits for the same drain.
     ///
-    /// Called from inside a handler, it starts the drain and returns at once: a handler cannot
-    /// wait for a drain that needs it to return first (its own subscriber, or handlers that
-    /// wait for room it would make). The drain goes on in the background; `close` from
-    /// outside the handlers waits for it.
+    /// Called from inside one of this bus's handlers, it starts the drain and returns at once:
+    /// a handler cannot wait for a drain that needs it to return first (its own subscriber,
+    /// or handlers that wait for room it would make). The drain goes on in the background;
+    /// `close` from outside the handlers waits for it. A handler of another bus is outside:
+    /// its `close` of this bus waits for the drain, as a task's would (if this bus's handlers
+    /// wait for room in that other bus, which the calling handler holds up, bound the wait
+    /// with [`close_with`](Self::close_with)).
     ///
     /// # Cancel safety
     ///
@@ -844,8 +858,9 @@ impl Bus {
     /// and ends when that handler call returns (or at its next yield). Every other one is
     /// stopped before this returns: it runs no handler again.
     ///
-    /// From inside a handler, as [`close`](Self::close): the drain starts in the background
-    /// (unbounded) and the report says `complete: false` with nothing listed.
+    /// From inside one of this bus's handlers, as [`close`](Self::close): the drain starts
+    /// in the background (unbounded) and the report says `complete: false` with nothing
+    /// listed.
     ///
     /// # Cancel safety
     ///
@@ -856,7 +871,7 @@ impl Bus {
             tracing::debug!("ringbus closing");
         }
         state.closing.cancel();
-        if CURRENT_SUBSCRIBER.try_with(|_| ()).is_ok() {
+        if state.in_own_handler() {
             let bus = self.clone();
             tokio::spawn(async move { bus.drain().await });
             return CloseReport {

@@ -16,7 +16,6 @@
 
 use crate::bus::Bus;
 use crate::progress::Progress;
-use crate::subscriber::CURRENT_SUBSCRIBER;
 
 impl Bus {
     /// Waits until every message published so far has been handled by every subscriber of
@@ -37,8 +36,9 @@ impl Bus {
     /// notifies it after every message (a `Notify::notify_waiters`): it costs the
     /// subscribers something only then.
     ///
-    /// Called from inside a handler, it returns at once: a handler cannot wait for its own
-    /// subscriber, which is busy running it (as `close` and `unsubscribe` do there).
+    /// Called from inside one of this bus's handlers, it returns at once: a handler cannot
+    /// wait for its own subscriber, which is busy running it (as `close` and `unsubscribe`
+    /// do there). From a handler of another bus it waits, as from any task.
     ///
     /// # Examples
     ///
@@ -69,7 +69,7 @@ impl Bus {
     ///
     /// Cancel safe: it only watches. Dropping the future takes its watch back.
     pub async fn wait_idle(&self) {
-        if CURRENT_SUBSCRIBER.try_with(|_| ()).is_ok() {
+        if self.in_own_handler() {
             return;
         }
         let watch = Watch::new(self.progress());
