@@ -84,6 +84,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
         let mut fields = Fields::default();
         attrs.record(&mut fields);
+        // A layer that fails: for `a_panic_outside_the_handler_*`.
+        if fields.get("topic") == Some("span-crash") && fields.get("position") == Some("1") {
+            panic!("the layer failed on position 1");
+        }
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(fields);
         }
@@ -439,5 +443,63 @@ async fn a_cancelled_publish_with_a_parent_gives_its_message_back_and_keeps_no_s
         slow.log.snapshot(),
         [0, 2],
         "the cancelled message reached no subscriber"
+    );
+}
+
+/// A panic in the subscriber's task outside its handler call (here: a tracing layer that
+/// fails as the call's span is made) ends the task, and what it had left is lost to it. That
+/// is never silent: an error event says how many messages, the subscriber's stats say it
+/// crashed, and `close_with` does not report the drain complete. (The task used to end with
+/// no word but the panic hook's, and `close` reported everything handled.)
+#[tokio::test]
+async fn a_panic_outside_the_handler_is_reported_with_what_it_left() {
+    let capture = capture();
+    let bus = Bus::new();
+    let (tx, mut handled) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe_with(
+            "span-crash",
+            SubscribeOptions::new().name("crashing"),
+            move |m: &u64| {
+                let _ = tx.send(*m);
+                async {}
+            },
+        )
+        .unwrap();
+    for m in 0..4u64 {
+        bus.publish("span-crash", m).await.unwrap();
+    }
+    assert_eq!(take(&mut handled, 1).await, [0]);
+    let report = bus
+        .close_with(&Context::new().with_timeout(Duration::from_secs(60)))
+        .await;
+    assert!(handled.try_recv().is_err(), "handled past the crash");
+
+    let stats = sub.stats();
+    assert!(stats.crashed && !stats.running, "{stats:?}");
+    assert_eq!(stats.handled, 1);
+    assert!(!report.complete, "{report:?}");
+    let left: Vec<_> = report
+        .unfinished
+        .iter()
+        .map(|u| {
+            (
+                u.topic.as_str(),
+                u.subscriber.as_str(),
+                u.messages,
+                u.running,
+            )
+        })
+        .collect();
+    assert_eq!(left, [("span-crash", "crashing", 3, false)], "{report:?}");
+    let errors: Vec<_> = capture
+        .events("span-crash")
+        .into_iter()
+        .filter(|e| e.fields.get("left") == Some("3"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].fields.get("panic"),
+        Some("the layer failed on position 1")
     );
 }

@@ -858,6 +858,10 @@ impl Bus {
     /// and ends when that handler call returns (or at its next yield). Every other one is
     /// stopped before this returns: it runs no handler again.
     ///
+    /// A subscriber whose task panicked outside a handler call (a tracing layer or a metrics
+    /// recorder that panics: a handler's own panic is caught) ended with messages it never
+    /// handled: it is listed, with `running` false, and the report is not `complete`.
+    ///
     /// From inside one of this bus's handlers, as [`close`](Self::close): the drain starts
     /// in the background (unbounded) and the report says `complete: false` with nothing
     /// listed.
@@ -885,9 +889,10 @@ impl Bus {
             _ = ctx.done() => false,
         };
         if complete {
+            let crashed = self.crashed();
             return CloseReport {
-                complete: true,
-                unfinished: Vec::new(),
+                complete: crashed.is_empty(),
+                unfinished: crashed,
             };
         }
         let topics = self.topics();
@@ -907,7 +912,7 @@ impl Bus {
         // the bus drains), also to a topic whose subscribers were stopped idle. With the
         // rings closed, no count moves any more but a still-running handler's position.
         let left = left_unhandled(&topics, &per_topic, &stopped);
-        let unfinished: Vec<Unhandled> = stopped
+        let mut unfinished: Vec<Unhandled> = stopped
             .into_iter()
             .zip(left)
             // One stopped idle (caught up, so not in a handler) left nothing: it was still
@@ -918,6 +923,7 @@ impl Bus {
                 ..unhandled
             })
             .collect();
+        unfinished.extend(self.crashed());
         tracing::warn!(
             unfinished = unfinished.len(),
             still_running = unfinished.iter().filter(|u| u.running).count(),
@@ -927,6 +933,25 @@ impl Bus {
             complete: false,
             unfinished,
         }
+    }
+
+    /// The subscribers whose task panicked outside a handler call (`SubShared::crashed`)
+    /// leaving messages unhandled.
+    fn crashed(&self) -> Vec<Unhandled> {
+        let mut crashed = Vec::new();
+        for topic in self.topics() {
+            for sub in topic.subscribers() {
+                if let Some(messages @ 1..) = sub.crashed() {
+                    crashed.push(Unhandled {
+                        topic: sub.topic.to_string(),
+                        subscriber: sub.name.to_string(),
+                        messages,
+                        running: false,
+                    });
+                }
+            }
+        }
+        crashed
     }
 
     /// The drain of `close`: wait for quiescence, close the rings, wait for the tasks.

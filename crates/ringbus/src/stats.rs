@@ -53,6 +53,11 @@ pub struct SubscriberStats {
     /// Its task may still run its handler: it has not ended, and was not stopped by a
     /// bounded close.
     pub running: bool,
+    /// Its task panicked outside a handler call (in a tracing layer or a metrics recorder,
+    /// say: a handler's own panic is caught and counted in `panics`) and ended. What it had
+    /// not handled is lost to it: logged at `error`, and listed by
+    /// [`Bus::close_with`](crate::Bus::close_with)'s report.
+    pub crashed: bool,
     /// Handler calls made again on a message after a failed one (a
     /// [`RetryPolicy`](crate::RetryPolicy)); each failed call, retried or not, also counts in
     /// `errors` or `panics`.

@@ -63,6 +63,9 @@ pub(crate) struct Current {
 /// No unsubscribe requested.
 const RUNNING: u64 = u64::MAX;
 
+/// `SubShared::lost` of a task that did not crash.
+const NOT_CRASHED: u64 = u64::MAX;
+
 /// The most messages a one-message subscriber takes from the ring at once (tokio's budget is
 /// 128 units, one per message, so a run never outlasts a budget).
 ///
@@ -107,7 +110,20 @@ impl<F: Future<Output = ()>> Future for Supervised<F> {
             // subscriber). It was aborted as well, which schedules this poll.
             return Poll::Ready(());
         }
-        let poll = this.task.poll(cx);
+        // The handler's calls catch their own panics (guarantee 6); this one catches the
+        // rest: a tracing layer or a metrics recorder that panics while the task runs.
+        // Unwind safe as asserted: a task whose poll unwound is never polled again.
+        let poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.task.poll(cx)))
+            .unwrap_or_else(|panic| {
+                // The task cannot go on from a poll that unwound: it ends here. Its `Running`
+                // was dropped by the unwinding and counted what it left (then it is reported
+                // here), or is dropped with the future and reports it then.
+                let panic = this.sub.crash.get_or_init(|| panic_message(&*panic).into());
+                if let Some(left) = this.sub.crashed() {
+                    report_crash(this.sub, panic, left);
+                }
+                Poll::Ready(())
+            });
         // Release: pairs with the compare-and-swap in `SubShared::stop`.
         polls.store(IDLE, Ordering::Release);
         poll
@@ -161,6 +177,12 @@ pub(crate) struct SubShared {
     /// A pull subscriber (a [`Stream`](crate::Stream)), not a task: `close` does not wait
     /// for it (see `stream.rs`).
     pub(crate) pull: bool,
+    /// Set if the task panicked outside a handler call (see `Supervised`): the panic's
+    /// message.
+    crash: OnceLock<Box<str>>,
+    /// The messages such a task left unhandled, counted as it ended (by `Running`'s drop),
+    /// or `NOT_CRASHED`.
+    lost: AtomicU64,
     /// Its metric handles (feature `metrics`; nothing without it), used by the task only.
     metrics: SubMetrics,
 }
@@ -204,7 +226,15 @@ impl SubShared {
             polls: AtomicU8::new(IDLE),
             stall_timeout,
             pull: false,
+            crash: OnceLock::new(),
+            lost: AtomicU64::new(NOT_CRASHED),
         }
+    }
+
+    /// If the task ended by a panic outside a handler call: the messages it left unhandled.
+    /// Known once `done` is set (stored before it).
+    pub(crate) fn crashed(&self) -> Option<u64> {
+        Some(self.lost.load(Ordering::Acquire)).filter(|&lost| lost != NOT_CRASHED)
     }
 
     /// Marks a pull subscriber (a [`Stream`](crate::Stream)).
@@ -289,6 +319,7 @@ impl SubShared {
             panics: self.panics.load(Ordering::Relaxed),
             detached,
             running: !self.ended(),
+            crashed: self.crashed().is_some(),
             retries: self.retries.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             dead_letter_failures: self.dead_letter_failures.load(Ordering::Relaxed),
@@ -815,6 +846,21 @@ impl<T> Running<T> {
 
 impl<T> Drop for Running<T> {
     fn drop(&mut self) {
+        // Dropped by a panic's unwinding (out of a poll: `Supervised` reports it once it
+        // caught the panic), or with a future whose poll panicked (reported here: no longer
+        // unwinding, logging is safe). A runtime dropped while its thread unwinds from some
+        // other panic marks its tasks crashed too: true of their messages as well.
+        let crash = self.sub.crash.get();
+        if crash.is_some() || std::thread::panicking() {
+            // What was published for it (up to the writer's cursor) and not handled.
+            let published = self.reader.position() + self.reader.lag();
+            let left = published.saturating_sub(self.sub.position());
+            // Release: before `done`, for whoever sees the task ended (`crashed`).
+            self.sub.lost.store(left, Ordering::Release);
+            if let Some(panic) = crash {
+                report_crash(&self.sub, panic, left);
+            }
+        }
         // SAFETY: dropped here once, and `self.reader` is not used again: this is `Running`'s
         // own drop.
         unsafe { ManuallyDrop::drop(&mut self.reader) };
@@ -822,6 +868,19 @@ impl<T> Drop for Running<T> {
         self.sub.done.cancel();
         self.sub.bus.progressed();
     }
+}
+
+/// Logs that a subscriber's task panicked outside its handler, leaving `left` messages.
+#[cold]
+fn report_crash(sub: &SubShared, panic: &str, left: u64) {
+    tracing::error!(
+        topic = %sub.topic,
+        subscriber = %sub.name,
+        panic,
+        left,
+        "ringbus: the subscriber's task panicked outside its handler (in a tracing layer or a \
+         metrics recorder?) and ended; the messages it had left are not handled by it"
+    );
 }
 
 /// Why [`handle_plain`] or [`handle_traced`] returned.

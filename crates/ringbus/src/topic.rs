@@ -726,9 +726,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let sub = Arc::new(if pull { sub.pulled() } else { sub });
         {
             // Finished subscribers are kept for `stats()` only until the next subscribe, so
-            // churn does not grow the list without bound.
+            // churn does not grow the list without bound; one that crashed (see
+            // `SubShared::crashed`) stays, for `close_with`'s report.
             let mut subscribers = self.lock_subscribers();
-            subscribers.retain(|s| !s.done.is_cancelled());
+            subscribers.retain(|s| !s.done.is_cancelled() || s.crashed().is_some());
             subscribers.push(sub.clone());
         }
         Ok((reader, sub))
