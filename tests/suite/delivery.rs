@@ -173,3 +173,28 @@ async fn a_refused_publish_gives_the_message_back_and_leaves_no_receipt() {
         other => panic!("expected Closed(9), got {other:?}"),
     }
 }
+
+/// A subscriber that ended before a publish is not one of its subscribers: a receipt made
+/// after an unsubscribe (and before the next subscribe) neither waits for it nor counts it as
+/// missed.
+#[tokio::test]
+async fn a_subscriber_gone_before_the_publish_is_not_counted() {
+    let bus = Bus::new();
+    let _stays = bus.subscribe("t", |_: &u32| async {}).unwrap();
+    let leaves = bus.subscribe("t", |_: &u32| async {}).unwrap();
+    leaves.unsubscribe().await;
+    let topic = bus.topic::<u32>("t").unwrap();
+    let delivered = topic
+        .publish_tracked(&Context::new(), 1)
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    assert_eq!(
+        (delivered.subscribers, delivered.handled, delivered.missed),
+        (1, 1, 0),
+        "{delivered:?}"
+    );
+    assert!(delivered.is_ok());
+    bus.close().await;
+}

@@ -38,6 +38,10 @@ pub(crate) struct BusState {
     /// Strict routing: a publish to a topic with no subscriber is refused
     /// ([`PublishError::NoSubscriber`]) instead of counted as unrouted.
     pub(crate) strict: bool,
+    /// The subscribers whose task panicked outside a handler call, by id, with what each
+    /// left (see `SubShared::crashed`), for `close_with`'s report. Kept apart from the
+    /// topics' lists, which drop ended subscribers and feed delivery receipts.
+    pub(crate) crashed: std::sync::Mutex<Vec<(u64, Unhandled)>>,
 }
 
 /// Process-unique subscriber ids, so a handler's `close` recognises its own task whatever bus
@@ -236,8 +240,9 @@ impl BusBuilder {
     /// The largest topic capacity (2^30 messages): [`capacity`](Self::capacity) and
     /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity) refuse more. A topic
     /// allocates its capacity's slots when it is made, at the first publish or subscribe
-    /// naming it; the limit keeps that size representable for any message type, so that
-    /// making a topic cannot panic.
+    /// naming it; the limit keeps that size representable on 64-bit targets for any message
+    /// type under 8 GiB. (On 32-bit targets a large capacity of a large type can still
+    /// overflow there: the slots must fit in `isize::MAX` bytes.)
     pub const MAX_CAPACITY: usize = 1 << 30;
 
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
@@ -343,6 +348,7 @@ impl BusBuilder {
             max_subscribers: self.max_subscribers,
             stall_timeout: self.stall_timeout,
             strict: self.strict,
+            crashed: std::sync::Mutex::new(Vec::new()),
         });
         let topics = TopicMap::new(self.shards);
         Bus {
@@ -889,7 +895,7 @@ impl Bus {
             _ = ctx.done() => false,
         };
         if complete {
-            let crashed = self.crashed();
+            let crashed: Vec<Unhandled> = self.crashed().into_iter().map(|(_, u)| u).collect();
             return CloseReport {
                 complete: crashed.is_empty(),
                 unfinished: crashed,
@@ -912,18 +918,20 @@ impl Bus {
         // the bus drains), also to a topic whose subscribers were stopped idle. With the
         // rings closed, no count moves any more but a still-running handler's position.
         let left = left_unhandled(&topics, &per_topic, &stopped);
+        // A subscriber that crashed after it was stopped is listed once, as crashed.
+        let crashed = self.crashed();
         let mut unfinished: Vec<Unhandled> = stopped
             .into_iter()
             .zip(left)
             // One stopped idle (caught up, so not in a handler) left nothing: it was still
             // running only because the rings close after the drain.
-            .filter(|&(_, left)| left > 0)
+            .filter(|((sub, _), left)| *left > 0 && !crashed.iter().any(|(id, _)| *id == sub.id))
             .map(|((_, unhandled), messages)| Unhandled {
                 messages,
                 ..unhandled
             })
             .collect();
-        unfinished.extend(self.crashed());
+        unfinished.extend(crashed.into_iter().map(|(_, u)| u));
         tracing::warn!(
             unfinished = unfinished.len(),
             still_running = unfinished.iter().filter(|u| u.running).count(),
@@ -935,23 +943,17 @@ impl Bus {
         }
     }
 
-    /// The subscribers whose task panicked outside a handler call (`SubShared::crashed`)
-    /// leaving messages unhandled.
-    fn crashed(&self) -> Vec<Unhandled> {
-        let mut crashed = Vec::new();
-        for topic in self.topics() {
-            for sub in topic.subscribers() {
-                if let Some(messages @ 1..) = sub.crashed() {
-                    crashed.push(Unhandled {
-                        topic: sub.topic.to_string(),
-                        subscriber: sub.name.to_string(),
-                        messages,
-                        running: false,
-                    });
-                }
-            }
-        }
+    /// The subscribers whose task panicked outside a handler call leaving messages
+    /// unhandled, by id (see `SubShared::crashed`).
+    fn crashed(&self) -> Vec<(u64, Unhandled)> {
+        let crashed = self.inner.state.crashed.lock();
+        // Only pushed to, whole entries: a panic cannot leave the list inconsistent.
+        let crashed = crashed.unwrap_or_else(|e| e.into_inner());
         crashed
+            .iter()
+            .filter(|(_, u)| u.messages > 0)
+            .cloned()
+            .collect()
     }
 
     /// The drain of `close`: wait for quiescence, close the rings, wait for the tasks.

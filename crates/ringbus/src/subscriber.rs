@@ -41,7 +41,7 @@ use crate::delivery::Tracker;
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError};
 use crate::observe::{self, Outcome, SubMetrics};
 use crate::parent::Parents;
-use crate::stats::SubscriberStats;
+use crate::stats::{SubscriberStats, Unhandled};
 use crate::topic::AnyTopic;
 
 tokio::task_local! {
@@ -113,20 +113,20 @@ impl<F: Future<Output = ()>> Future for Supervised<F> {
         // The handler's calls catch their own panics (guarantee 6); this one catches the
         // rest: a tracing layer or a metrics recorder that panics while the task runs.
         // Unwind safe as asserted: a task whose poll unwound is never polled again.
-        let poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.task.poll(cx)))
-            .unwrap_or_else(|panic| {
-                // The task cannot go on from a poll that unwound: it ends here. Its `Running`
-                // was dropped by the unwinding and counted what it left (then it is reported
-                // here), or is dropped with the future and reports it then.
-                let panic = this.sub.crash.get_or_init(|| panic_message(&*panic).into());
-                if let Some(left) = this.sub.crashed() {
-                    report_crash(this.sub, panic, left);
-                }
-                Poll::Ready(())
-            });
+        let poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.task.poll(cx)));
         // Release: pairs with the compare-and-swap in `SubShared::stop`.
         polls.store(IDLE, Ordering::Release);
-        poll
+        poll.unwrap_or_else(|panic| {
+            // The task cannot go on from a poll that unwound: it ends here. Its `Running` was
+            // dropped by the unwinding and counted what it left (then the crash is recorded
+            // here), or is dropped with the future and records it then.
+            this.sub.crash.get_or_init(|| panic_message(&*panic).into());
+            if this.sub.crashed().is_some() {
+                // `Running` was dropped unwinding: its metrics are ended here.
+                this.sub.log_crash(true);
+            }
+            Poll::Ready(())
+        })
     }
 }
 
@@ -229,6 +229,51 @@ impl SubShared {
             crash: OnceLock::new(),
             lost: AtomicU64::new(NOT_CRASHED),
         }
+    }
+
+    /// Counts what the task of a crashed subscriber left (`left`), for `crashed` and for
+    /// `close_with`'s report. Called by `Running`'s drop before the subscriber is marked
+    /// ended, possibly while unwinding: no user code.
+    fn count_crash(&self, left: u64) {
+        // Release: before `done`, for whoever sees the task ended (`crashed`).
+        self.lost.store(left, Ordering::Release);
+        let unhandled = Unhandled {
+            topic: self.topic.to_string(),
+            subscriber: self.name.to_string(),
+            messages: left,
+            running: false,
+        };
+        self.bus
+            .crashed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.id, unhandled));
+    }
+
+    /// Logs the crash of a task that panicked outside a handler call, once its panic was
+    /// caught and what it left counted. Never while unwinding; a tracing layer or metrics
+    /// recorder that panics again here costs the log line, nothing else. `end_metrics`:
+    /// `Running`'s drop, unwinding, left its metrics to us.
+    #[cold]
+    fn log_crash(&self, end_metrics: bool) {
+        let (Some(panic), Some(left)) = (self.crash.get(), self.crashed()) else {
+            return;
+        };
+        // Unwind safe as asserted: only the user's recorder or layer can be left half done.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if end_metrics {
+                self.metrics.ended();
+            }
+            tracing::error!(
+                topic = %self.topic,
+                subscriber = %self.name,
+                panic = &**panic,
+                left,
+                "ringbus: the subscriber's task panicked outside its handler (in a tracing \
+                 layer or a metrics recorder?) and ended; the messages it had left are not \
+                 handled by it"
+            );
+        }));
     }
 
     /// If the task ended by a panic outside a handler call: the messages it left unhandled.
@@ -846,41 +891,32 @@ impl<T> Running<T> {
 
 impl<T> Drop for Running<T> {
     fn drop(&mut self) {
-        // Dropped by a panic's unwinding (out of a poll: `Supervised` reports it once it
-        // caught the panic), or with a future whose poll panicked (reported here: no longer
-        // unwinding, logging is safe). A runtime dropped while its thread unwinds from some
-        // other panic marks its tasks crashed too: true of their messages as well.
-        let crash = self.sub.crash.get();
-        if crash.is_some() || std::thread::panicking() {
+        // Dropped by a panic's unwinding (out of a poll: `Supervised` logs the crash once it
+        // caught the panic), or with a future whose poll panicked (logged here).
+        // A runtime dropped while its thread unwinds from some other panic counts its tasks'
+        // messages left too: true of them as well. Nothing here may panic while unwinding
+        // (that aborts): no user code (a metrics recorder, a tracing layer) runs then.
+        let unwinding = std::thread::panicking();
+        let crashed = self.sub.crash.get().is_some();
+        if crashed || unwinding {
             // What was published for it (up to the writer's cursor) and not handled.
             let published = self.reader.position() + self.reader.lag();
-            let left = published.saturating_sub(self.sub.position());
-            // Release: before `done`, for whoever sees the task ended (`crashed`).
-            self.sub.lost.store(left, Ordering::Release);
-            if let Some(panic) = crash {
-                report_crash(&self.sub, panic, left);
-            }
+            self.sub
+                .count_crash(published.saturating_sub(self.sub.position()));
         }
         // SAFETY: dropped here once, and `self.reader` is not used again: this is `Running`'s
         // own drop.
         unsafe { ManuallyDrop::drop(&mut self.reader) };
-        self.sub.metrics.ended();
         self.sub.done.cancel();
         self.sub.bus.progressed();
+        // User code last: a recorder or layer that panics here skips nothing of ours.
+        if !unwinding {
+            self.sub.metrics.ended();
+            if crashed {
+                self.sub.log_crash(false);
+            }
+        }
     }
-}
-
-/// Logs that a subscriber's task panicked outside its handler, leaving `left` messages.
-#[cold]
-fn report_crash(sub: &SubShared, panic: &str, left: u64) {
-    tracing::error!(
-        topic = %sub.topic,
-        subscriber = %sub.name,
-        panic,
-        left,
-        "ringbus: the subscriber's task panicked outside its handler (in a tracing layer or a \
-         metrics recorder?) and ended; the messages it had left are not handled by it"
-    );
 }
 
 /// Why [`handle_plain`] or [`handle_traced`] returned.

@@ -208,6 +208,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
         let (mut guard, position, msg) = self.locked_for(ctx, msg).await?;
+        // The subscribers present as the publish begins, taken holding the writer: one that
+        // ended before is not one of them (the list keeps ended subscribers for `stats()`
+        // until the next subscribe; counted, each would have been a miss). One that ends
+        // while the publish waits for room still counts, as missed if it never handled it.
+        let subscribers = self
+            .lock_subscribers()
+            .iter()
+            .filter(|s| s.start <= position && !s.done.is_cancelled())
+            .cloned()
+            .collect();
         let watch = Watch::new(&self.tracker, position);
         let parent = ctx
             .live_parent()
@@ -218,12 +228,6 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         }
         drop(guard);
         watch.keep();
-        let subscribers = self
-            .lock_subscribers()
-            .iter()
-            .filter(|s| s.start <= position)
-            .cloned()
-            .collect();
         Ok(Delivery::new(self.tracker.clone(), position, subscribers))
     }
 
@@ -726,10 +730,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let sub = Arc::new(if pull { sub.pulled() } else { sub });
         {
             // Finished subscribers are kept for `stats()` only until the next subscribe, so
-            // churn does not grow the list without bound; one that crashed (see
-            // `SubShared::crashed`) stays, for `close_with`'s report.
+            // churn does not grow the list without bound.
             let mut subscribers = self.lock_subscribers();
-            subscribers.retain(|s| !s.done.is_cancelled() || s.crashed().is_some());
+            subscribers.retain(|s| !s.done.is_cancelled());
             subscribers.push(sub.clone());
         }
         Ok((reader, sub))
