@@ -136,41 +136,45 @@ where
                      durable name or group"
                 )));
             }
-            let consumer = with_settings(&stream, consumer, config).await?;
-            tokio::spawn(js_loop(link.clone(), local, subject, codec, consumer))
+            let allowed = deliveries_allowed(&consumer, &config);
+            tokio::spawn(js_loop(
+                link.clone(),
+                local,
+                subject,
+                codec,
+                consumer,
+                allowed,
+            ))
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
     Ok(ImportTask { task })
 }
 
-/// `consumer`, with the delivery settings of `config` if an earlier run made it with others.
-/// The link counts deliveries against its own `max_deliver` (it dead-letters on the last),
-/// so the server's must be the same: a consumer that allows fewer would stop delivering a
-/// failing message before the link dead-letters it.
-async fn with_settings(
-    stream: &jetstream::stream::Stream,
-    consumer: jetstream::consumer::Consumer<pull::Config>,
-    config: pull::Config,
-) -> Result<jetstream::consumer::Consumer<pull::Config>, LinkError> {
+/// The deliveries `consumer` allows a message, which the import dead-letters on the last
+/// of. A durable consumer that exists keeps its settings: it may be shared with other
+/// processes (a group, or one durable name), and the server refuses some changes. Where its
+/// `ack_wait`, `max_deliver` or `max_ack_pending` differ from this link's options (`config`),
+/// the link follows the consumer's, and says so.
+fn deliveries_allowed(
+    consumer: &jetstream::consumer::Consumer<pull::Config>,
+    config: &pull::Config,
+) -> i64 {
     let had = &consumer.cached_info().config;
-    let settings = |c: &pull::Config| (c.ack_wait, c.max_deliver, c.max_ack_pending);
-    let was = (had.ack_wait, had.max_deliver, had.max_ack_pending);
-    if was == settings(&config) {
-        return Ok(consumer);
+    let kept = (had.ack_wait, had.max_deliver, had.max_ack_pending);
+    let asked = (config.ack_wait, config.max_deliver, config.max_ack_pending);
+    if kept != asked {
+        tracing::warn!(
+            consumer = ?config.durable_name,
+            ?kept,
+            ?asked,
+            "ringbus-nats: the durable consumer exists with another ack_wait, max_deliver or \
+             max_ack_pending; it keeps them, and this link dead-letters on the last delivery \
+             it allows (delete the consumer, or use another durable name, to apply the \
+             link's)"
+        );
     }
-    tracing::info!(
-        consumer = ?config.durable_name,
-        was = ?was,
-        now = ?settings(&config),
-        "ringbus-nats: the durable consumer takes this link's ack_wait, max_deliver and \
-         max_in_flight"
-    );
-    // A create with the name of a durable that exists updates its settings.
-    stream
-        .create_consumer(config)
-        .await
-        .map_err(|e| LinkError::JetStream(e.to_string()))
+    had.max_deliver
 }
 
 /// Subscribes to `subject` (in the queue group, when shared) and waits until the server
@@ -242,6 +246,7 @@ async fn js_loop<T, C>(
     subject: String,
     codec: C,
     consumer: jetstream::consumer::Consumer<pull::Config>,
+    allowed: i64,
 ) where
     T: Send + Sync + 'static,
     C: Codec<T>,
@@ -254,6 +259,7 @@ async fn js_loop<T, C>(
         link.clone(),
         local.name().to_string(),
         held,
+        allowed,
     )));
     let mut retry = Duration::from_millis(100);
     'pull: while !link.stop_imports.is_cancelled() {
@@ -335,7 +341,7 @@ async fn js_loop<T, C>(
                 Err(e) => {
                     tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: the local bus refused an import");
                     let why = format!("the local bus refused it: {e}");
-                    failed(&link, local.name(), &message, &why).await;
+                    failed(&link, local.name(), &message, &why, allowed).await;
                 }
             }
         }
@@ -350,10 +356,11 @@ async fn settle_in_order(
     link: Arc<LinkShared>,
     topic: String,
     mut held: mpsc::Receiver<(Delivery, jetstream::Message)>,
+    allowed: i64,
 ) {
     while let Some((delivery, message)) = held.recv().await {
         let outcome = delivery.wait().await;
-        settle_outcome(&link, &topic, &message, outcome).await;
+        settle_outcome(&link, &topic, &message, outcome, allowed).await;
         link.held.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -364,6 +371,7 @@ async fn settle_outcome(
     topic: &str,
     message: &jetstream::Message,
     outcome: Delivered,
+    allowed: i64,
 ) {
     if outcome.is_ok() {
         if settle(link, message, AckKind::Ack).await {
@@ -376,15 +384,21 @@ async fn settle_outcome(
         outcome.failed + outcome.missed,
         outcome.subscribers
     );
-    failed(link, topic, message, &why).await;
+    failed(link, topic, message, &why, allowed).await;
 }
 
 /// A delivery that did not succeed (`why`): dead-lettered if it was the last the consumer
-/// allows (the server would not deliver it again), otherwise nacked to come again after the
-/// nack delay.
-async fn failed(link: &LinkShared, topic: &str, message: &jetstream::Message, why: &str) {
+/// allows (`allowed`; the server would not deliver it again), otherwise nacked to come again
+/// after the nack delay. A consumer made elsewhere may allow any number (`allowed` below 1).
+async fn failed(
+    link: &LinkShared,
+    topic: &str,
+    message: &jetstream::Message,
+    why: &str,
+    allowed: i64,
+) {
     let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-    if delivered >= i64::from(link.js.max_deliver.max(1)) {
+    if allowed > 0 && delivered >= allowed {
         let reason = format!("{why} on delivery {delivered} (the last allowed)");
         dead_letter(link, topic, message, &reason).await;
     } else {

@@ -140,6 +140,12 @@ impl Sharing {
 ///
 /// A wait longer than [`LONGEST_WAIT`](ringbus_link::LONGEST_WAIT) (30 years), such as
 /// `Duration::MAX` for "no limit", counts as that.
+///
+/// `ack_wait`, `max_deliver` and `max_in_flight` (as `max_ack_pending`) are set on a durable
+/// consumer when the link makes it. One that exists (made by an earlier run, or by another
+/// process sharing it) keeps its own: the link follows them (it dead-letters on the last
+/// delivery the consumer allows) and logs a warning where they differ. Delete the consumer,
+/// or use another durable name, to apply new ones.
 #[derive(Clone, Debug)]
 pub struct JetStreamOptions {
     /// The stream, created if missing, that holds the subjects of the topics linked in
