@@ -2,6 +2,10 @@
 //! [`Delivery`] that resolves once every subscriber present at the publish has handled the
 //! message, saying how many handlers failed on it.
 //!
+//! "Present at the publish": running as the publish takes the topic's writer (a subscriber
+//! that ended before is not counted; one that ends while the publish waits for room is, as
+//! missed if it never handled the message), and joined at or before the message's position.
+//!
 //! This is what a bridge needs to acknowledge a message upstream only after it was handled
 //! locally (the NATS link acks a JetStream message this way). It costs the topic's
 //! subscribers nothing while no receipt is outstanding: one relaxed load per message.
