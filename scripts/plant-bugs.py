@@ -29,6 +29,7 @@ CORE = "crates/ringbus-core/src/"
 BUS = "crates/ringbus/src/"
 NATS = "crates/ringbus-nats/src/"
 REDIS = "crates/ringbus-redis/src/"
+LINK = "crates/ringbus-link/src/"
 
 
 def loom(package, test):
@@ -327,18 +328,18 @@ BUGS = [
      "        let Some(deadline) = Some(tokio::time::Instant::now() + timeout) else {",
      plain("ringbus-suite", "suite",
            "backpressure::a_stall_timeout_too_long_for_the_clock_never_fires")),
-    ("nats link: a close's deadline overflows the clock",
-     "crates/ringbus-nats/src/link.rs",
-     "        let deadline = started\n"
-     "            .checked_add(timeout)\n"
-     "            .unwrap_or_else(|| started + LONGEST_WAIT);\n",
-     "        let deadline = started + timeout + (LONGEST_WAIT - LONGEST_WAIT);\n",
+    ("links: a close's deadline overflows the clock",
+     LINK + "engine.rs",
+     "    start\n"
+     "        .checked_add(timeout)\n"
+     "        .unwrap_or_else(|| start + LONGEST_WAIT)\n",
+     "    start + timeout + (LONGEST_WAIT - LONGEST_WAIT)\n",
      plain("ringbus-conformance", "links",
            "cases::a_close_with_an_unrepresentable_deadline_finishes")),
-    ("nats link: a dropped link call keeps its claim on the topic",
-     "crates/ringbus-nats/src/link.rs",
+    ("links: a dropped link call keeps its claim on the topic",
+     LINK + "engine.rs",
      "        if let Some(key) = self.key.take() {\n"
-     "            self.link.parts().linked.remove(&key);\n"
+     "            self.claims.linked().remove(&key);\n"
      "        }\n",
      "        let _ = self.key.take();\n",
      plain("ringbus-nats", "nats",

@@ -11,6 +11,8 @@
 //! - [`Headers`], [`HeaderError`]: user headers, checked when inserted.
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
 //! - [`names`], [`ids`]: for engines: the reserved names they write, and message ids.
+//! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
+//!   topics, the import task, the first steps of a close).
 //!
 //! ```
 //! use ringbus_link::{Codec, Envelope, Json, Meta};
@@ -28,6 +30,8 @@
 //! ```
 
 pub mod codec;
+#[cfg(feature = "engine")]
+pub mod engine;
 pub mod ids;
 pub mod names;
 

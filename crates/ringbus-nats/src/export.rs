@@ -16,6 +16,7 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ringbus::{Handler, HandlerError, SubscribeOptions, Subscription};
+use ringbus_link::engine::Export;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -55,11 +56,13 @@ impl ExportTask {
             acker,
         }
     }
+}
 
+impl Export for ExportTask {
     /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
     /// for the acks. `Err(n)`: at most `n` exports were not confirmed at the deadline (still
     /// queued when the close began, or awaiting their ack).
-    pub(crate) async fn finish(self, deadline: Instant) -> Result<(), u64> {
+    async fn finish(self, deadline: Instant) -> Result<(), u64> {
         let queued = self.subscription.stats().lag;
         let pending = self.acker.as_ref().map(|(_, p)| p.clone());
         let awaited = || pending.as_ref().map_or(0, |p| p.load(Ordering::Relaxed));
@@ -84,7 +87,7 @@ impl ExportTask {
 
     /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
     /// many exports were not confirmed: queued for NATS, or awaiting their ack.
-    pub(crate) fn abort(self) -> u64 {
+    fn abort(self) -> u64 {
         let queued = self.subscription.stats().lag;
         match self.acker {
             Some((acker, pending)) => {

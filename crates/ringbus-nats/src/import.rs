@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
 use ringbus::{Delivered, Delivery, PublishError, Topic};
+use ringbus_link::engine::ImportTask;
 use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
@@ -27,37 +27,6 @@ use crate::link::LinkShared;
 use crate::options::{Mode, Sharing};
 use crate::stats::add;
 use crate::wire::{decode, origin, BadInput};
-
-/// What `close` needs of a running import.
-pub(crate) struct ImportTask {
-    task: JoinHandle<()>,
-}
-
-impl ImportTask {
-    /// An import run by `task`, which ends once the link's `stop_imports` is cancelled and
-    /// what it took is settled.
-    pub(crate) fn new(task: JoinHandle<()>) -> Self {
-        Self { task }
-    }
-
-    /// Waits for the task until `deadline`: it stops taking messages (the link's
-    /// `stop_imports` is cancelled) and settles what it holds. False if it did not: the
-    /// deadline cut it (it is then aborted), or it had ended by a panic. JetStream delivers
-    /// what it held again after the ack wait.
-    pub(crate) async fn finish(mut self, deadline: tokio::time::Instant) -> bool {
-        match tokio::time::timeout_at(deadline, &mut self.task).await {
-            Ok(Ok(())) => return true,
-            // Not settled either: what it held is delivered again, as after a cut.
-            Ok(Err(ended)) => {
-                tracing::error!(error = %ended, "ringbus-nats: an import task ended early");
-                return false;
-            }
-            Err(_) => {}
-        }
-        self.task.abort();
-        false
-    }
-}
 
 /// Decodes a message from NATS for local topic `topic`; a refused one is logged (never with
 /// its body) and counted.
@@ -148,7 +117,7 @@ where
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
-    Ok(ImportTask { task })
+    Ok(ImportTask::new(task, "ringbus-nats"))
 }
 
 /// The deliveries `consumer` allows a message, which the import dead-letters on the last

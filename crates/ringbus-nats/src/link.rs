@@ -1,6 +1,5 @@
 //! The link: one NATS connection that exports chosen local topics and imports others.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,9 +16,8 @@ use crate::error::LinkError;
 use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
-/// Also a deadline that does not come: what `close` and a request wait for when their
-/// timeout is past what the clock can represent.
-pub(crate) use ringbus_link::LONGEST_WAIT;
+use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
+use ringbus_link::LONGEST_WAIT;
 
 /// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
 /// subject prefix.
@@ -208,6 +206,7 @@ impl LinkBuilder {
                 closed,
                 stop_imports: CancellationToken::new(),
                 held: AtomicU64::new(0),
+                linked: Claims::new(),
                 parts: Mutex::new(Parts::default()),
                 stream_setup: tokio::sync::Mutex::new(()),
             }),
@@ -298,8 +297,7 @@ fn on_event(counters: &Counters, closed: &CancellationToken, event: Event) {
 /// The running parts of a link, stopped by `close`.
 #[derive(Default)]
 struct Parts {
-    linked: HashSet<(String, &'static str)>,
-    imports: Vec<import::ImportTask>,
+    imports: Vec<ImportTask>,
     exports: Vec<export::ExportTask>,
 }
 
@@ -323,6 +321,8 @@ pub(crate) struct LinkShared {
     pub(crate) stop_imports: CancellationToken,
     /// JetStream imports handed to the bus and not yet settled.
     pub(crate) held: AtomicU64,
+    /// The topics linked, each way.
+    linked: Claims,
     parts: Mutex<Parts>,
     /// Serialises stream setup within this link.
     stream_setup: tokio::sync::Mutex<()>,
@@ -397,17 +397,12 @@ impl LinkShared {
         if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
-        let key = (topic.to_string(), direction);
-        if !self.parts().linked.insert(key.clone()) {
-            return Err(LinkError::AlreadyLinked {
+        self.linked
+            .claim(topic, direction)
+            .ok_or_else(|| LinkError::AlreadyLinked {
                 topic: topic.to_string(),
                 direction,
-            });
-        }
-        Ok(Claim {
-            link: self,
-            key: Some(key),
-        })
+            })
     }
 
     /// Keeps a started export for `close`.
@@ -416,7 +411,7 @@ impl LinkShared {
     }
 
     /// Keeps a started import for `close`.
-    pub(crate) fn push_import(&self, task: import::ImportTask) {
+    pub(crate) fn push_import(&self, task: ImportTask) {
         self.parts().imports.push(task);
     }
 }
@@ -688,10 +683,7 @@ impl Link {
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
         let started = Instant::now();
-        // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
-        let deadline = started
-            .checked_add(timeout)
-            .unwrap_or_else(|| started + LONGEST_WAIT);
+        let deadline = deadline_after(started, timeout);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {
@@ -701,34 +693,12 @@ impl Link {
                 std::mem::take(&mut parts.exports),
             )
         };
-        let mut cut_at = None;
-        let mut unsettled_imports = 0;
-        let mut unacked_exports = 0;
-
         // 1. Imports: each task stops pulling and settles what it holds.
-        for task in imports {
-            if !task.finish(deadline).await {
-                cut_at = cut_at.or(Some("settling imports"));
-            }
-        }
-        if cut_at.is_some() {
-            unsettled_imports = link.held.load(Ordering::Relaxed);
-        }
-
         // 2. Exports: unsubscribe (which hands over what is queued), then await the acks.
-        for task in exports {
-            if cut_at.is_some() {
-                unacked_exports += task.abort();
-                continue;
-            }
-            match task.finish(deadline).await {
-                Ok(()) => {}
-                Err(left) => {
-                    unacked_exports += left;
-                    cut_at = Some("flushing exports");
-                }
-            }
-        }
+        let settled = settle_and_flush(imports, exports, &link.held, deadline).await;
+        let mut cut_at = settled.cut_at;
+        let (unsettled_imports, unacked_exports) =
+            (settled.unsettled_imports, settled.unacked_exports);
 
         // 3. A request round trip: the server has processed everything sent before it.
         if cut_at.is_none() {
@@ -773,29 +743,6 @@ impl Link {
             );
         }
         report
-    }
-}
-
-/// A topic recorded as linked in one direction ([`LinkShared::claim`]): given back on drop
-/// unless kept.
-pub(crate) struct Claim<'a> {
-    link: &'a LinkShared,
-    /// `None` once kept.
-    key: Option<(String, &'static str)>,
-}
-
-impl Claim<'_> {
-    /// The call that claimed the topic succeeded: the topic stays linked.
-    pub(crate) fn keep(mut self) {
-        self.key = None;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.link.parts().linked.remove(&key);
-        }
     }
 }
 

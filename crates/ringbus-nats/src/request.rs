@@ -61,6 +61,7 @@ use async_nats::{HeaderMap, HeaderValue, StatusCode, Subject};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ringbus::{Handler, HandlerError, Request, RequestError, Responder, SubscribeOptions, Topic};
+use ringbus_link::engine::{deadline_after, Claim, ImportTask};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -68,8 +69,8 @@ use crate::codec::Codec;
 use crate::codec::Json;
 use crate::error::LinkError;
 use crate::export::ExportTask;
-use crate::import::{core_subscribe, take, ImportTask};
-use crate::link::{Claim, Link, LinkShared, LONGEST_WAIT};
+use crate::import::{core_subscribe, take};
+use crate::link::{Link, LinkShared};
 use crate::options::Sharing;
 use crate::stats::add;
 use crate::wire::{decode, encode};
@@ -163,9 +164,7 @@ where
         };
         let now = Instant::now();
         // A `request_timeout` past what the clock can represent (`Duration::MAX`) is none.
-        let ours = now
-            .checked_add(self.link.request_timeout)
-            .unwrap_or_else(|| now + LONGEST_WAIT);
+        let ours = deadline_after(now, self.link.request_timeout);
         let deadline = responder.deadline().map_or(ours, |d| d.min(ours));
         let mut headers = message.headers;
         let left = deadline.saturating_duration_since(now).as_millis().max(1);
@@ -659,7 +658,7 @@ where
     let subscriber = core_subscribe(link, &subject, sharing).await?;
     let task = tokio::spawn(serve(link.clone(), local, subject, codec, subscriber));
     tracing::info!(topic = %topic, group = ?sharing.group(), "ringbus-nats: answering requests");
-    Ok(ImportTask::new(task))
+    Ok(ImportTask::new(task, "ringbus-nats"))
 }
 
 async fn serve<T, R, C>(

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, Subscription};
+use ringbus_link::engine::Export;
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
@@ -37,10 +38,10 @@ pub(crate) struct ExportTask {
     subscription: Subscription,
 }
 
-impl ExportTask {
+impl Export for ExportTask {
     /// Unsubscribes: the subscriber first hands over (adds to the stream) everything queued
     /// for it. `Err(n)`: at most `n` exports were not added at the deadline.
-    pub(crate) async fn finish(self, deadline: Instant) -> Result<(), u64> {
+    async fn finish(self, deadline: Instant) -> Result<(), u64> {
         let queued = self.subscription.stats().lag;
         let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
         if unsubscribed.await.is_err() {
@@ -52,7 +53,7 @@ impl ExportTask {
 
     /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
     /// many exports were still queued.
-    pub(crate) fn abort(self) -> u64 {
+    fn abort(self) -> u64 {
         self.subscription.stats().lag
     }
 }

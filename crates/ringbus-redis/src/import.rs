@@ -37,10 +37,10 @@ use std::time::Duration;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply};
 use redis::Value;
 use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
+use ringbus_link::engine::ImportTask;
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
 use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -50,31 +50,6 @@ use crate::export::xadd_cmd;
 use crate::link::LinkShared;
 use crate::stats::add;
 use crate::wire::{bytes, decode, message_id, origin, Fields};
-
-/// What `close` needs of a running import.
-pub(crate) struct ImportTask {
-    task: JoinHandle<()>,
-}
-
-impl ImportTask {
-    /// Waits for the task until `deadline`: it stops reading (the link's `stop_imports` is
-    /// cancelled) and settles what it holds. False if it did not: the deadline cut it (it is
-    /// then aborted), or it had ended by a panic. What it held stays pending and is claimed
-    /// after `claim_idle`.
-    pub(crate) async fn finish(mut self, deadline: Instant) -> bool {
-        match tokio::time::timeout_at(deadline, &mut self.task).await {
-            Ok(Ok(())) => return true,
-            // Not settled either: what it held is delivered again, as after a cut.
-            Ok(Err(ended)) => {
-                tracing::error!(error = %ended, "ringbus-redis: an import task ended early");
-                return false;
-            }
-            Err(_) => {}
-        }
-        self.task.abort();
-        false
-    }
-}
 
 /// One stream entry taken by this consumer.
 struct Entry {
@@ -199,7 +174,7 @@ where
     });
     tracing::info!(topic, stream = %import.key, group, consumer = %link.consumer, "ringbus-redis: importing");
     let task = tokio::spawn(read_loop(import, local, codec, reads));
-    Ok(ImportTask { task })
+    Ok(ImportTask::new(task, "ringbus-redis"))
 }
 
 /// Reads, claims and hands over until the link stops imports; then settles what it holds.

@@ -1,7 +1,6 @@
 //! The link: one Redis server that exports chosen local topics to streams and imports others
 //! through consumer groups.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,6 +8,7 @@ use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
+use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
 use ringbus_link::ids::process_tag;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
@@ -188,6 +188,7 @@ impl LinkBuilder {
                 counters,
                 stop_imports: CancellationToken::new(),
                 held: AtomicU64::new(0),
+                linked: Claims::new(),
                 parts: Mutex::new(Parts::default()),
             }),
         })
@@ -240,17 +241,16 @@ pub(crate) fn redacted(url: &str) -> String {
 /// The running parts of a link, stopped by `close`.
 #[derive(Default)]
 struct Parts {
-    linked: HashSet<(String, &'static str)>,
-    imports: Vec<import::ImportTask>,
+    imports: Vec<ImportTask>,
     exports: Vec<export::ExportTask>,
 }
 
 /// What every part of a link shares.
 ///
 /// Every field is set once by `connect` and then read only, except: `counters` (relaxed
-/// tallies), `held` (relaxed: a count for the close report, written by the settlers), `parts`
-/// (under its mutex: only lists of handles), and `stop_imports` (cancelled once by `close` or
-/// `Drop`).
+/// tallies), `held` (relaxed: a count for the close report, written by the settlers), `linked`
+/// and `parts` (each under its mutex: a set of names, lists of handles), and `stop_imports`
+/// (cancelled once by `close` or `Drop`).
 pub(crate) struct LinkShared {
     /// This link's id: the origin field of its exports.
     pub(crate) id: String,
@@ -272,6 +272,8 @@ pub(crate) struct LinkShared {
     pub(crate) stop_imports: CancellationToken,
     /// Imports handed to the bus and not yet settled.
     pub(crate) held: AtomicU64,
+    /// The topics linked, each way.
+    linked: Claims,
     parts: Mutex<Parts>,
 }
 
@@ -298,17 +300,12 @@ impl LinkShared {
         if self.stop_imports.is_cancelled() {
             return Err(LinkError::Closed);
         }
-        let key = (topic.to_string(), direction);
-        if !self.parts().linked.insert(key.clone()) {
-            return Err(LinkError::AlreadyLinked {
+        self.linked
+            .claim(topic, direction)
+            .ok_or_else(|| LinkError::AlreadyLinked {
                 topic: topic.to_string(),
                 direction,
-            });
-        }
-        Ok(Claim {
-            link: self,
-            key: Some(key),
-        })
+            })
     }
 }
 
@@ -571,10 +568,7 @@ impl Link {
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
         let started = Instant::now();
-        // A timeout past what the clock can represent (`Duration::MAX`) is no deadline.
-        let deadline = started
-            .checked_add(timeout)
-            .unwrap_or_else(|| started + LONGEST_WAIT);
+        let deadline = deadline_after(started, timeout);
         let link = &self.inner;
         link.stop_imports.cancel();
         let (imports, exports) = {
@@ -584,36 +578,16 @@ impl Link {
                 std::mem::take(&mut parts.exports),
             )
         };
-        let mut cut_at = None;
-        let mut unsettled_imports = 0;
-        let mut unacked_exports = 0;
-
         // 1. Imports: each task stops reading and settles what it holds.
-        for task in imports {
-            if !task.finish(deadline).await {
-                cut_at = cut_at.or(Some("settling imports"));
-            }
-        }
-        if cut_at.is_some() {
-            unsettled_imports = link.held.load(Ordering::Relaxed);
-        }
-
         // 2. Exports: unsubscribe, which hands over (and so adds) what is queued.
-        for task in exports {
-            if cut_at.is_some() {
-                unacked_exports += task.abort();
-                continue;
-            }
-            if let Err(left) = task.finish(deadline).await {
-                unacked_exports += left;
-                cut_at = Some("flushing exports");
-            }
-        }
+        let settled = settle_and_flush(imports, exports, &link.held, deadline).await;
+        let (unsettled_imports, unacked_exports) =
+            (settled.unsettled_imports, settled.unacked_exports);
 
         link.counters.set_state(ConnectionState::Closed);
         let report = LinkCloseReport {
-            complete: cut_at.is_none(),
-            cut_at,
+            complete: settled.cut_at.is_none(),
+            cut_at: settled.cut_at,
             unsettled_imports,
             unacked_exports,
             stats: link.counters.snapshot(),
@@ -631,29 +605,6 @@ impl Link {
             );
         }
         report
-    }
-}
-
-/// A topic recorded as linked in one direction ([`LinkShared::claim`]): given back on drop
-/// unless kept.
-struct Claim<'a> {
-    link: &'a LinkShared,
-    /// `None` once kept.
-    key: Option<(String, &'static str)>,
-}
-
-impl Claim<'_> {
-    /// The call that claimed the topic succeeded: the topic stays linked.
-    fn keep(mut self) {
-        self.key = None;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.link.parts().linked.remove(&key);
-        }
     }
 }
 

@@ -1,0 +1,193 @@
+//! For engines: the parts of a link's runtime that every engine runs the same way (feature
+//! `engine`, which needs tokio; a codec crate leaves it off).
+//!
+//! - [`Claims`] and its guard [`Claim`]: which topics a link has linked, in which direction.
+//! - [`ImportTask`]: what `close` needs of a running import.
+//! - [`deadline_after`]: a deadline from a timeout that may be `Duration::MAX`.
+//! - [`settle_and_flush`]: the first steps of a link's `close` (settle the imports, then
+//!   flush the exports, within one deadline), over the engine's [`Export`] tasks.
+//!
+//! An engine keeps its own public types (its `Link`, `LinkError`, close report): these
+//! items give it what goes into them, never a type of its public API.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::LONGEST_WAIT;
+
+/// The topics a link has linked, each with its direction (`"export"` or `"import"`): a link
+/// links a topic at most once each way.
+#[derive(Debug, Default)]
+pub struct Claims {
+    /// Under its own mutex: a set of names, which a panic cannot leave inconsistent.
+    linked: Mutex<HashSet<(String, &'static str)>>,
+}
+
+impl Claims {
+    /// No topic linked yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn linked(&self) -> MutexGuard<'_, HashSet<(String, &'static str)>> {
+        self.linked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `topic` as linked in `direction`, or `None` if it already is. The claim is
+    /// given back when the returned guard is dropped, unless it was [kept](Claim::keep): a
+    /// call that fails, or whose future is dropped midway, leaves the topic unlinked.
+    pub fn claim(&self, topic: &str, direction: &'static str) -> Option<Claim<'_>> {
+        let key = (topic.to_string(), direction);
+        if !self.linked().insert(key.clone()) {
+            return None;
+        }
+        Some(Claim {
+            claims: self,
+            key: Some(key),
+        })
+    }
+}
+
+/// A topic recorded as linked in one direction ([`Claims::claim`]): given back on drop
+/// unless kept.
+#[derive(Debug)]
+pub struct Claim<'a> {
+    claims: &'a Claims,
+    /// `None` once kept.
+    key: Option<(String, &'static str)>,
+}
+
+impl Claim<'_> {
+    /// The call that claimed the topic succeeded: the topic stays linked.
+    pub fn keep(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.claims.linked().remove(&key);
+        }
+    }
+}
+
+/// What `close` needs of a running import: its task.
+pub struct ImportTask {
+    task: JoinHandle<()>,
+    /// The engine's name (`"ringbus-nats"`), which starts its log lines.
+    engine: &'static str,
+}
+
+impl ImportTask {
+    /// An import run by `task`, which ends once the link's `stop_imports` is cancelled and
+    /// what it took is settled. `engine` names the engine in the log.
+    pub fn new(task: JoinHandle<()>, engine: &'static str) -> Self {
+        Self { task, engine }
+    }
+
+    /// Waits for the task until `deadline`: it stops taking messages (the link's
+    /// `stop_imports` is cancelled) and settles what it holds. False if it did not: the
+    /// deadline cut it (it is then aborted), or it had ended by a panic. What it held is
+    /// delivered again by the server (JetStream after the ack wait, Redis Streams after
+    /// `claim_idle`).
+    pub async fn finish(mut self, deadline: Instant) -> bool {
+        match tokio::time::timeout_at(deadline, &mut self.task).await {
+            Ok(Ok(())) => return true,
+            // Not settled either: what it held is delivered again, as after a cut.
+            Ok(Err(ended)) => {
+                tracing::error!(error = %ended, "{}: an import task ended early", self.engine);
+                return false;
+            }
+            Err(_) => {}
+        }
+        self.task.abort();
+        false
+    }
+}
+
+impl fmt::Debug for ImportTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImportTask")
+            .field("engine", &self.engine)
+            .field("finished", &self.task.is_finished())
+            .finish()
+    }
+}
+
+/// What `close` needs of a running export: an engine's export task.
+pub trait Export: Send + Sized {
+    /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
+    /// until what it handed over is confirmed. `Err(n)`: at most `n` exports were not
+    /// confirmed at the deadline.
+    fn finish(self, deadline: Instant) -> impl Future<Output = Result<(), u64>> + Send;
+
+    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
+    /// many exports were not confirmed.
+    fn abort(self) -> u64;
+}
+
+/// The deadline `timeout` after `start` (a close's, a request's): a timeout past what the
+/// clock can represent (`Duration::MAX`) is no deadline, and waits [`LONGEST_WAIT`] instead
+/// of overflowing.
+pub fn deadline_after(start: Instant, timeout: Duration) -> Instant {
+    start
+        .checked_add(timeout)
+        .unwrap_or_else(|| start + LONGEST_WAIT)
+}
+
+/// What [`settle_and_flush`] left undone, for the close report.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// The step the deadline cut, if any: `"settling imports"` (also when an import's task
+    /// had ended by a panic) or `"flushing exports"`.
+    pub cut_at: Option<&'static str>,
+    /// Imports handed to the bus and not settled when the deadline passed (counted only if
+    /// the imports were cut).
+    pub unsettled_imports: u64,
+    /// Exports not confirmed when the deadline passed, at most.
+    pub unacked_exports: u64,
+}
+
+/// The first two steps of a link's close, within `deadline`: each import stops taking
+/// messages and settles what it holds; then each export is flushed (or, once the deadline
+/// cut a step, aborted and counted). `held` is the link's count of imports handed to the bus
+/// and not yet settled.
+pub async fn settle_and_flush<E: Export>(
+    imports: Vec<ImportTask>,
+    exports: Vec<E>,
+    held: &AtomicU64,
+    deadline: Instant,
+) -> Settled {
+    let mut settled = Settled::default();
+
+    // 1. Imports: each task stops taking messages and settles what it holds.
+    for task in imports {
+        if !task.finish(deadline).await {
+            settled.cut_at = settled.cut_at.or(Some("settling imports"));
+        }
+    }
+    if settled.cut_at.is_some() {
+        settled.unsettled_imports = held.load(Ordering::Relaxed);
+    }
+
+    // 2. Exports: unsubscribe (which hands over what is queued), then await confirmation.
+    for task in exports {
+        if settled.cut_at.is_some() {
+            settled.unacked_exports += task.abort();
+            continue;
+        }
+        if let Err(left) = task.finish(deadline).await {
+            settled.unacked_exports += left;
+            settled.cut_at = Some("flushing exports");
+        }
+    }
+    settled
+}
