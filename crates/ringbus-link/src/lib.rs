@@ -12,7 +12,8 @@
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
 //! - [`names`], [`ids`]: for engines: the reserved names they write, and message ids.
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
-//!   topics, the import task, the first steps of a close).
+//!   topics, the import task, the first steps of a close), and `server`: what their
+//!   test-server harnesses share.
 //!
 //! ```
 //! use ringbus_link::{Codec, Envelope, Json, Meta};
@@ -34,6 +35,8 @@ pub mod codec;
 pub mod engine;
 pub mod ids;
 pub mod names;
+#[cfg(feature = "engine")]
+pub mod server;
 
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 

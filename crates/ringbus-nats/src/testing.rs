@@ -104,13 +104,13 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use ringbus_link::server::{self, free_port};
 
 mod cluster;
 mod memory;
@@ -142,10 +142,7 @@ const TAIL_LINES: usize = 40;
 /// Whether `REQUIRE_NATS` is set to `1` (or `true`/`yes`): NATS tests must then fail, not skip,
 /// when no `nats-server` binary is found. CI sets it.
 pub fn require_nats() -> bool {
-    std::env::var("REQUIRE_NATS").is_ok_and(|value| {
-        let value = value.trim();
-        value == "1" || value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("yes")
-    })
+    server::required("REQUIRE_NATS")
 }
 
 /// How to run a [`NatsServer`]: JetStream on or off, credentials, payload limit.
@@ -318,7 +315,7 @@ impl NatsServer {
     ///
     /// As [`NatsServer::start_with`].
     fn start_at(binary: PathBuf, options: ServerOptions, port: Option<u16>) -> Self {
-        let dir = make_temp_dir();
+        let dir = server::make_temp_dir("ringbus-nats");
         // Built before anything else can fail, so that a panic below kills the child and removes
         // the directory as it unwinds.
         let mut server = Self {
@@ -584,106 +581,22 @@ impl Drop for NatsServer {
 ///
 /// When no binary is found and `REQUIRE_NATS=1`, or `NATS_SERVER_BIN` is not an executable file.
 fn binary_or_skip() -> Option<PathBuf> {
-    match find_binary() {
+    let well_known = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"];
+    match server::find_binary("NATS_SERVER_BIN", "nats-server", &well_known) {
         Ok(Some(binary)) => Some(binary),
-        Ok(None) => {
-            if require_nats() {
-                panic!(
-                    "REQUIRE_NATS=1 but no nats-server binary found; install it \
-                     (apt-get install nats-server) or set NATS_SERVER_BIN"
-                );
-            }
-            // Written to the real stderr, not through `eprintln!`, which the test harness
-            // captures: a skipped test should be visible.
-            let _ = writeln!(
-                io::stderr(),
-                "SKIPPED: no nats-server binary found (set REQUIRE_NATS=1 to make this an error)"
-            );
-            None
-        }
+        Ok(None) => server::skip_or_panic(
+            "REQUIRE_NATS",
+            "no nats-server binary found; install it (apt-get install nats-server) or set \
+             NATS_SERVER_BIN",
+        ),
         Err(message) => panic!("{message}"),
     }
-}
-
-/// Finds the binary: `Ok(None)` if there is none, `Err` if `NATS_SERVER_BIN` names a bad path.
-fn find_binary() -> Result<Option<PathBuf>, String> {
-    if let Some(explicit) = std::env::var_os("NATS_SERVER_BIN").filter(|value| !value.is_empty()) {
-        let path = PathBuf::from(&explicit);
-        if is_executable(&path) {
-            return Ok(Some(path));
-        }
-        return Err(format!(
-            "NATS_SERVER_BIN={} is not an executable file",
-            path.display()
-        ));
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("nats-server"));
-    let well_known = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
-        .into_iter()
-        .map(PathBuf::from);
-    Ok(on_path.chain(well_known).find(|path| is_executable(path)))
-}
-
-fn is_executable(path: &Path) -> bool {
-    let Ok(metadata) = fs::metadata(path) else {
-        return false;
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        metadata.is_file() && metadata.permissions().mode() & 0o111 != 0
-    }
-    #[cfg(not(unix))]
-    {
-        metadata.is_file()
-    }
-}
-
-/// A port that was free a moment ago: bound on 127.0.0.1:0, then released for the server.
-fn free_port() -> u16 {
-    let listener = match TcpListener::bind((Ipv4Addr::LOCALHOST, 0)) {
-        Ok(listener) => listener,
-        Err(err) => panic!("cannot bind 127.0.0.1:0 to find a free port: {err}"),
-    };
-    match listener.local_addr() {
-        Ok(addr) => addr.port(),
-        Err(err) => panic!("cannot read the address of a bound listener: {err}"),
-    }
-}
-
-/// A new, empty directory under the system temp dir, unique by process id, counter and time.
-fn make_temp_dir() -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    let mut last_err = None;
-    for _ in 0..100 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_nanos());
-        let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "ringbus-nats-{}-{count}-{nanos}",
-            std::process::id()
-        ));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last_err = Some(err),
-            Err(err) => panic!("cannot create a directory in {}: {err}", base.display()),
-        }
-    }
-    panic!(
-        "cannot create a unique directory in {}: {last_err:?}",
-        base.display()
-    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
 
     const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -860,15 +773,5 @@ mod tests {
             .jetstream(false)
             .config_file()
             .contains("jetstream"));
-    }
-
-    #[test]
-    fn temp_dirs_are_unique() {
-        let first = make_temp_dir();
-        let second = make_temp_dir();
-        assert_ne!(first, second);
-        assert!(first.starts_with(std::env::temp_dir()));
-        fs::remove_dir(&first).expect("remove");
-        fs::remove_dir(&second).expect("remove");
     }
 }

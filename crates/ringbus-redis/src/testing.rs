@@ -32,13 +32,14 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use ringbus_link::server::{self, free_port};
 
 /// How long a start may take before it is reported as failed.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,10 +55,7 @@ const ADDR_IN_USE: &str = "Address already in use";
 /// Whether `REQUIRE_REDIS` is set to `1` (or `true`/`yes`): Redis tests must then fail, not
 /// skip, when no `redis-server` binary is found. CI sets it.
 pub fn require_redis() -> bool {
-    std::env::var("REQUIRE_REDIS").is_ok_and(|value| {
-        let value = value.trim();
-        value == "1" || value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("yes")
-    })
+    server::required("REQUIRE_REDIS")
 }
 
 /// How to run a [`RedisServer`]: persistence and a password.
@@ -150,13 +148,13 @@ impl RedisServer {
     /// the server exits or is not ready within 10 s (the message quotes its log's tail).
     pub fn start_with(options: ServerOptions) -> Option<Self> {
         let binary = binary_or_skip()?;
-        let dir = make_temp_dir();
+        let dir = server::make_temp_dir("ringbus-redis");
         if options.tls {
             match make_certificates(&dir) {
                 Ok(()) => {}
                 Err(Certificates::NoOpenssl(why)) => {
                     let _ = fs::remove_dir_all(&dir);
-                    return skip_or_panic(&why);
+                    return server::skip_or_panic("REQUIRE_REDIS", &why);
                 }
                 Err(Certificates::Failed(why)) => {
                     let _ = fs::remove_dir_all(&dir);
@@ -378,43 +376,24 @@ impl Drop for RedisServer {
     }
 }
 
+/// The binary, or `None` (after printing a `SKIPPED:` line) when there is none and
+/// `REQUIRE_REDIS` is not set.
+///
+/// # Panics
+///
+/// When no binary is found and `REQUIRE_REDIS=1`, or `REDIS_SERVER_BIN` is not an executable
+/// file.
 fn binary_or_skip() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("REDIS_SERVER_BIN") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "REDIS_SERVER_BIN={} is not a file",
-            path.display()
-        );
-        return Some(path);
+    let well_known = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"];
+    match server::find_binary("REDIS_SERVER_BIN", "redis-server", &well_known) {
+        Ok(Some(binary)) => Some(binary),
+        Ok(None) => server::skip_or_panic(
+            "REQUIRE_REDIS",
+            "no redis-server binary found; install it (apt-get install redis-server) or set \
+             REDIS_SERVER_BIN",
+        ),
+        Err(message) => panic!("{message}"),
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("redis-server"));
-    let known = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-        .into_iter()
-        .map(PathBuf::from);
-    if let Some(found) = on_path.chain(known).find(|p| p.is_file()) {
-        return Some(found);
-    }
-    skip_or_panic(
-        "no redis-server binary found; install it (apt-get install redis-server) or set \
-         REDIS_SERVER_BIN",
-    )
-}
-
-/// `None` after a `SKIPPED:` line, or a panic under `REQUIRE_REDIS=1`.
-fn skip_or_panic<T>(why: &str) -> Option<T> {
-    if require_redis() {
-        panic!("REQUIRE_REDIS=1 but {why}");
-    }
-    // The real stderr, not `eprintln!` (which the test harness captures): a skip should show.
-    let _ = writeln!(
-        io::stderr(),
-        "SKIPPED: {why} (set REQUIRE_REDIS=1 to make this an error)"
-    );
-    None
 }
 
 /// Why [`make_certificates`] made none.
@@ -509,29 +488,4 @@ fn make_certificates(dir: &Path) -> Result<(), Certificates> {
         }
     }
     Ok(())
-}
-
-/// A port no one listens on now (the OS's pick; another process could take it before the
-/// server binds it, which `launch` retries).
-fn free_port() -> u16 {
-    match TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()) {
-        Ok(addr) => addr.port(),
-        Err(err) => panic!("cannot find a free port on 127.0.0.1: {err}"),
-    }
-}
-
-fn make_temp_dir() -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "ringbus-redis-{}-{nanos}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    if let Err(err) = fs::create_dir_all(&dir) {
-        panic!("cannot create {}: {err}", dir.display());
-    }
-    dir
 }
