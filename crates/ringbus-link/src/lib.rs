@@ -14,6 +14,7 @@
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
 //!   topics, the import task, the first steps of a close), and `server`: what their
 //!   test-server harnesses share.
+//! - `testing` (feature `testing`): what the engines' own tests share.
 //!
 //! ```
 //! use ringbus_link::{Codec, Envelope, Json, Meta};
@@ -37,6 +38,8 @@ pub mod ids;
 pub mod names;
 #[cfg(feature = "engine")]
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 

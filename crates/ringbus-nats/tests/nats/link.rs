@@ -4,29 +4,17 @@
 
 use std::time::Duration;
 
-use ringbus::{Bus, Subscription};
+use ringbus::Bus;
+use ringbus_link::testing::{eventually, forwarding, Touchy, WAIT};
 use ringbus_nats::testing::{NatsServer, ServerOptions};
 use ringbus_nats::{Auth, Envelope, JetStreamOptions, Link, LinkError, Mode};
 use tokio::sync::mpsc;
-
-const WAIT: Duration = Duration::from_secs(20);
 
 async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
     tokio::time::timeout(WAIT, rx.recv())
         .await
         .expect("nothing within the wait")
         .expect("channel closed")
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A JetStream link (memory storage, `js` otherwise) on `bus` under `prefix`.
@@ -53,18 +41,6 @@ async fn exporting(
     let link = js_link(server, prefix, js, &bus).await;
     link.export::<u64>(topic, Mode::JetStream).await.unwrap();
     (bus, link)
-}
-
-/// A subscriber of `topic` on `bus` that sends every message it handles to the receiver.
-fn channel_subscriber(bus: &Bus, topic: &str) -> (Subscription, mpsc::UnboundedReceiver<u64>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let sub = bus
-        .subscribe(topic, move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
-    (sub, rx)
 }
 
 #[tokio::test]
@@ -156,7 +132,7 @@ async fn bad_input_from_the_wire_is_counted_and_never_stalls_the_link() {
             return;
         };
         let bus = Bus::new();
-        let (_sub, mut rx) = channel_subscriber(&bus, "n");
+        let (_sub, mut rx) = forwarding(&bus, "n");
         let link = Link::builder(server.url()).connect(&bus).await.unwrap();
         link.import::<u64>("n", mode).await.unwrap();
         let subject = link.subject("n").unwrap();
@@ -239,7 +215,7 @@ async fn waits_without_a_limit_are_taken_as_very_long_ones() {
         }
     };
     let (sender, receiver) = (Bus::new(), Bus::new());
-    let (_sub, mut rx) = channel_subscriber(&receiver, "n");
+    let (_sub, mut rx) = forwarding(&receiver, "n");
     let import = connect(receiver.clone()).await;
     import.import::<u64>("n", Mode::JetStream).await.unwrap();
     let export = connect(sender.clone()).await;
@@ -253,31 +229,6 @@ async fn waits_without_a_limit_are_taken_as_very_long_ones() {
     receiver.close().await;
 }
 
-/// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
-#[derive(Clone, Copy)]
-struct Touchy;
-
-impl ringbus_nats::Codec<u64> for Touchy {
-    fn encode(
-        &self,
-        msg: &u64,
-        body: &mut Vec<u8>,
-        meta: &mut ringbus_nats::Meta,
-    ) -> Result<(), ringbus_nats::CodecError> {
-        assert_ne!(*msg, 13, "Touchy cannot encode 13");
-        ringbus_nats::Codec::<u64>::encode(&ringbus_nats::Json, msg, body, meta)
-    }
-
-    fn decode(
-        &self,
-        body: &[u8],
-        meta: ringbus_nats::Meta,
-    ) -> Result<u64, ringbus_nats::CodecError> {
-        assert_ne!(body, b"14", "Touchy cannot decode 14");
-        ringbus_nats::Codec::<u64>::decode(&ringbus_nats::Json, body, meta)
-    }
-}
-
 /// A codec is user code, and one that panics costs its message only: counted as an export
 /// error on the way out and as bad input on the way in, and the link goes on. (A decoding
 /// panic used to end the import's task: nothing more came in, and its close reported it
@@ -289,7 +240,7 @@ async fn a_codec_that_panics_costs_its_message_only() {
             return;
         };
         let (sender, receiver) = (Bus::new(), Bus::new());
-        let (_sub, mut rx) = channel_subscriber(&receiver, "n");
+        let (_sub, mut rx) = forwarding(&receiver, "n");
         let import = Link::builder(server.url())
             .connect(&receiver)
             .await
@@ -429,7 +380,7 @@ async fn windows_too_large_for_a_channel_are_taken_as_the_largest() {
     };
     let (out_bus, out) = exporting(&server, "wide", wide(), "t").await;
     let in_bus = Bus::new();
-    let (_sub, mut rx) = channel_subscriber(&in_bus, "t");
+    let (_sub, mut rx) = forwarding(&in_bus, "t");
     let inn = js_link(&server, "wide", wide(), &in_bus).await;
     inn.import::<u64>("t", Mode::JetStream).await.unwrap();
     out_bus.publish("t", 7u64).await.unwrap();
@@ -449,7 +400,7 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
     let (out_bus, out) =
         exporting(&server, "clash", JetStreamOptions::default(), "orders.eu").await;
     let in_bus = Bus::new();
-    let (_sub, mut rx) = channel_subscriber(&in_bus, "orders.eu");
+    let (_sub, mut rx) = forwarding(&in_bus, "orders.eu");
     let inn = js_link(&server, "clash", JetStreamOptions::default(), &in_bus).await;
     inn.import::<u64>("orders.eu", Mode::JetStream)
         .await

@@ -2,30 +2,15 @@
 //! and that the futures of the link's async methods are `Send` (so a service can spawn them),
 //! in the manner of tokio's `tests/async_send_sync.rs`. If this file builds, they hold.
 
-#![allow(dead_code, clippy::extra_unused_type_parameters)]
+#![allow(dead_code)]
 
-use std::future::Future;
-
+use ringbus_link::send_sync_unpin;
+use ringbus_link::testing::assert_send_future;
 use ringbus_nats::testing::{MemoryNats, NatsCluster, NatsServer, ServerOptions};
 use ringbus_nats::{
     Auth, ConnectionState, Envelope, JetStreamOptions, Json, Link, LinkBuilder, LinkCloseReport,
     LinkError, LinkStats, Mode, Sharing, Tls,
 };
-
-fn assert_send<T: Send>() {}
-fn assert_sync<T: Sync>() {}
-fn assert_unpin<T: Unpin>() {}
-fn assert_send_future<F: Future + Send>(_: F) {}
-
-macro_rules! send_sync_unpin {
-    ($($ty:ty),* $(,)?) => {
-        $(
-            assert_send::<$ty>();
-            assert_sync::<$ty>();
-            assert_unpin::<$ty>();
-        )*
-    };
-}
 
 #[test]
 fn public_types_are_send_sync_and_unpin() {

@@ -15,8 +15,7 @@ mod streams;
 
 use std::time::Duration;
 
-/// The longest any test waits for an event.
-pub(crate) const WAIT: Duration = Duration::from_secs(20);
+pub(crate) use ringbus_link::testing::{eventually, WAIT};
 
 /// How long a test watches for an event that must not happen.
 pub(crate) const ABSENT: Duration = Duration::from_millis(1500);
@@ -26,18 +25,6 @@ pub(crate) async fn throughout(what: &str, mut cond: impl FnMut() -> bool) {
     let end = tokio::time::Instant::now() + ABSENT;
     while tokio::time::Instant::now() < end {
         assert!(cond(), "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Polls `cond` until it holds, failing the test after `WAIT`.
-pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

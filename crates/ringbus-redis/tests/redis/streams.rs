@@ -14,6 +14,7 @@ use ringbus_redis::{Link, LinkError, StreamOptions};
 use tokio::sync::{mpsc, Notify};
 
 use crate::{eventually, throughout, WAIT};
+use ringbus_link::testing::{forwarding, Touchy};
 
 fn options() -> StreamOptions {
     StreamOptions {
@@ -74,18 +75,6 @@ fn field(entry: &redis::streams::StreamId, name: &str) -> String {
         Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
         other => panic!("field {name}: {other:?}"),
     }
-}
-
-/// A subscriber of `topic` that sends each message it handles to the returned channel.
-fn forwarding(bus: &Bus, topic: &str) -> (ringbus::Subscription, mpsc::UnboundedReceiver<u64>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let sub = bus
-        .subscribe(topic, move |n: &u64| {
-            let _ = tx.send(*n);
-            async {}
-        })
-        .unwrap();
-    (sub, rx)
 }
 
 /// A message whose handler had not finished when its importer died is not acknowledged: a
@@ -248,30 +237,6 @@ async fn waits_without_a_limit_are_taken_as_very_long_ones() {
     assert!(import.close(Duration::MAX).await.complete);
     sender.close().await;
     receiver.close().await;
-}
-
-/// JSON for `u64`, except that encoding 13 and decoding the body `14` panic.
-struct Touchy;
-
-impl ringbus_redis::Codec<u64> for Touchy {
-    fn encode(
-        &self,
-        msg: &u64,
-        body: &mut Vec<u8>,
-        meta: &mut ringbus_redis::Meta,
-    ) -> Result<(), ringbus_redis::CodecError> {
-        assert_ne!(*msg, 13, "Touchy cannot encode 13");
-        ringbus_redis::Codec::<u64>::encode(&ringbus_redis::Json, msg, body, meta)
-    }
-
-    fn decode(
-        &self,
-        body: &[u8],
-        meta: ringbus_redis::Meta,
-    ) -> Result<u64, ringbus_redis::CodecError> {
-        assert_ne!(body, b"14", "Touchy cannot decode 14");
-        ringbus_redis::Codec::<u64>::decode(&ringbus_redis::Json, body, meta)
-    }
 }
 
 /// A codec is user code, and one that panics costs its message only: counted as an export
