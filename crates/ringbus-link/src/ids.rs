@@ -32,3 +32,21 @@ pub fn next_id() -> String {
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     format!("{}-{n}", process_tag())
 }
+
+/// Relaxed: as [`NEXT_ID`], a counter whose only promise is that no two calls get the same
+/// value.
+static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh link id: the process tag and a counter of the links made in this process, by
+/// every engine. An engine writes it as the origin of its exports, which its imports use to
+/// tell their own link's messages from others.
+///
+/// ```
+/// let (a, b) = (ringbus_link::ids::next_link_id(), ringbus_link::ids::next_link_id());
+/// assert_ne!(a, b);
+/// assert!(a.starts_with(ringbus_link::ids::process_tag()));
+/// ```
+pub fn next_link_id() -> String {
+    let n = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", process_tag())
+}

@@ -1,23 +1,24 @@
 //! The link: one NATS connection that exports chosen local topics and imports others.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
+use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
+use ringbus_link::ids::next_link_id;
+use ringbus_link::LONGEST_WAIT;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{process_tag, Codec, Json};
+use crate::codec::{Codec, Json};
 use crate::error::LinkError;
 use crate::options::{Auth, JetStreamOptions, Mode, Sharing, Tls};
 use crate::stats::{add, ConnectionState, Counters, LinkCloseReport, LinkStats};
 use crate::{export, import, subject};
-use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
-use ringbus_link::LONGEST_WAIT;
 
 /// Builds a [`Link`]: where to connect, with which credentials and TLS, and under which
 /// subject prefix.
@@ -169,12 +170,7 @@ impl LinkBuilder {
             .collect();
         let client = options.connect(urls).await.map_err(LinkError::Connect)?;
         counters.set_state(ConnectionState::Connected);
-        static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
-        let id = format!(
-            "{}-{}",
-            process_tag(),
-            NEXT_LINK.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = next_link_id();
         let max_message_bytes = self
             .max_message_bytes
             .unwrap_or_else(|| client.server_info().max_payload);

@@ -2,14 +2,14 @@
 //! through consumer groups.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
 use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
-use ringbus_link::ids::process_tag;
+use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -164,12 +164,7 @@ impl LinkBuilder {
             .query::<()>(&redis::cmd("PING"))
             .await
             .map_err(LinkError::Connect)?;
-        static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
-        let id = format!(
-            "{}-{}",
-            process_tag(),
-            NEXT_LINK.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = next_link_id();
         let consumer = self.streams.consumer.clone().unwrap_or_else(|| id.clone());
         tracing::info!(link = %id, prefix = %self.prefix, "ringbus-redis link connected");
         Ok(Link {
