@@ -4,8 +4,9 @@
 //! - [`Claims`] and its guard [`Claim`]: which topics a link has linked, in which direction.
 //! - [`ImportTask`]: what `close` needs of a running import.
 //! - [`deadline_after`]: a deadline from a timeout that may be `Duration::MAX`.
-//! - [`settle_and_flush`]: the first steps of a link's `close` (settle the imports, then
-//!   flush the exports, within one deadline), over the engine's [`Export`] tasks.
+//! - [`Tasks`]: a link's running imports and exports (of the engine's [`Export`] type), and
+//!   the first steps of its `close`: settle the imports, then flush the exports, within one
+//!   deadline.
 //!
 //! An engine keeps its own public types (its `Link`, `LinkError`, close report): these
 //! items give it what goes into them, never a type of its public API.
@@ -143,7 +144,7 @@ pub fn deadline_after(start: Instant, timeout: Duration) -> Instant {
         .unwrap_or_else(|| start + LONGEST_WAIT)
 }
 
-/// What [`settle_and_flush`] left undone, for the close report.
+/// What [`Tasks::settle_and_flush`] left undone, for the close report.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Settled {
     /// The step the deadline cut, if any: `"settling imports"` (also when an import's task
@@ -156,38 +157,80 @@ pub struct Settled {
     pub unacked_exports: u64,
 }
 
-/// The first two steps of a link's close, within `deadline`: each import stops taking
-/// messages and settles what it holds; then each export is flushed (or, once the deadline
-/// cut a step, aborted and counted). `held` is the link's count of imports handed to the bus
-/// and not yet settled.
-pub async fn settle_and_flush<E: Export>(
-    imports: Vec<ImportTask>,
-    exports: Vec<E>,
-    held: &AtomicU64,
-    deadline: Instant,
-) -> Settled {
-    let mut settled = Settled::default();
+/// The running tasks of a link, which its `close` stops: its imports, and its exports of
+/// the engine's type `E`.
+pub struct Tasks<E> {
+    /// Only lists of handles: a panic cannot leave them inconsistent.
+    lists: Mutex<(Vec<ImportTask>, Vec<E>)>,
+}
 
-    // 1. Imports: each task stops taking messages and settles what it holds.
-    for task in imports {
-        if !task.finish(deadline).await {
-            settled.cut_at = settled.cut_at.or(Some("settling imports"));
+impl<E: Export> Tasks<E> {
+    /// No task yet.
+    pub fn new() -> Self {
+        Self {
+            lists: Mutex::new((Vec::new(), Vec::new())),
         }
     }
-    if settled.cut_at.is_some() {
-        settled.unsettled_imports = held.load(Ordering::Relaxed);
+
+    fn lists(&self) -> MutexGuard<'_, (Vec<ImportTask>, Vec<E>)> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    // 2. Exports: unsubscribe (which hands over what is queued), then await confirmation.
-    for task in exports {
+    /// Keeps a started import for `close`.
+    pub fn push_import(&self, task: ImportTask) {
+        self.lists().0.push(task);
+    }
+
+    /// Keeps a started export for `close`.
+    pub fn push_export(&self, task: E) {
+        self.lists().1.push(task);
+    }
+
+    /// The first two steps of a link's close, within `deadline`, over every task kept so
+    /// far (which it takes): each import stops taking messages and settles what it holds;
+    /// then each export is flushed (or, once the deadline cut a step, aborted and counted).
+    /// `held` is the link's count of imports handed to the bus and not yet settled.
+    pub async fn settle_and_flush(&self, held: &AtomicU64, deadline: Instant) -> Settled {
+        let (imports, exports) = std::mem::take(&mut *self.lists());
+        let mut settled = Settled::default();
+
+        // 1. Imports: each task stops taking messages and settles what it holds.
+        for task in imports {
+            if !task.finish(deadline).await {
+                settled.cut_at = settled.cut_at.or(Some("settling imports"));
+            }
+        }
         if settled.cut_at.is_some() {
-            settled.unacked_exports += task.abort();
-            continue;
+            settled.unsettled_imports = held.load(Ordering::Relaxed);
         }
-        if let Err(left) = task.finish(deadline).await {
-            settled.unacked_exports += left;
-            settled.cut_at = Some("flushing exports");
+
+        // 2. Exports: unsubscribe (which hands over what is queued), then await confirmation.
+        for task in exports {
+            if settled.cut_at.is_some() {
+                settled.unacked_exports += task.abort();
+                continue;
+            }
+            if let Err(left) = task.finish(deadline).await {
+                settled.unacked_exports += left;
+                settled.cut_at = Some("flushing exports");
+            }
         }
+        settled
     }
-    settled
+}
+
+impl<E: Export> Default for Tasks<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E> fmt::Debug for Tasks<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("Tasks")
+            .field("imports", &lists.0.len())
+            .field("exports", &lists.1.len())
+            .finish()
+    }
 }

@@ -2,13 +2,13 @@
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
+use ringbus_link::engine::{deadline_after, Claim, Claims, ImportTask, Tasks};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::LONGEST_WAIT;
 use tokio::time::Instant;
@@ -203,7 +203,7 @@ impl LinkBuilder {
                 stop_imports: CancellationToken::new(),
                 held: AtomicU64::new(0),
                 linked: Claims::new(),
-                parts: Mutex::new(Parts::default()),
+                tasks: Tasks::new(),
                 stream_setup: tokio::sync::Mutex::new(()),
             }),
         })
@@ -290,13 +290,6 @@ fn on_event(counters: &Counters, closed: &CancellationToken, event: Event) {
     }
 }
 
-/// The running parts of a link, stopped by `close`.
-#[derive(Default)]
-struct Parts {
-    imports: Vec<ImportTask>,
-    exports: Vec<export::ExportTask>,
-}
-
 pub(crate) struct LinkShared {
     /// This link's id: the origin header of its JetStream exports.
     pub(crate) id: String,
@@ -319,17 +312,13 @@ pub(crate) struct LinkShared {
     pub(crate) held: AtomicU64,
     /// The topics linked, each way.
     linked: Claims,
-    parts: Mutex<Parts>,
+    /// Its running imports and exports, stopped by `close`.
+    tasks: Tasks<export::ExportTask>,
     /// Serialises stream setup within this link.
     stream_setup: tokio::sync::Mutex<()>,
 }
 
 impl LinkShared {
-    fn parts(&self) -> MutexGuard<'_, Parts> {
-        // Only lists of handles: a panic cannot leave them inconsistent.
-        self.parts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
     /// linked in JetStream mode) and the dead letters. Only JetStream topics are stored:
     /// core topics under the same prefix are not captured.
@@ -403,12 +392,12 @@ impl LinkShared {
 
     /// Keeps a started export for `close`.
     pub(crate) fn push_export(&self, task: export::ExportTask) {
-        self.parts().exports.push(task);
+        self.tasks.push_export(task);
     }
 
     /// Keeps a started import for `close`.
     pub(crate) fn push_import(&self, task: ImportTask) {
-        self.parts().imports.push(task);
+        self.tasks.push_import(task);
     }
 }
 
@@ -503,7 +492,7 @@ impl Link {
         let claim = self.inner.claim(topic, "export")?;
         let task = export::start::<T, C>(&self.inner, topic, subject, mode, codec).await?;
         claim.keep();
-        self.inner.parts().exports.push(task);
+        self.inner.tasks.push_export(task);
         Ok(())
     }
 
@@ -615,7 +604,7 @@ impl Link {
         let task =
             import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await?;
         claim.keep();
-        self.inner.parts().imports.push(task);
+        self.inner.tasks.push_import(task);
         Ok(())
     }
 
@@ -682,16 +671,9 @@ impl Link {
         let deadline = deadline_after(started, timeout);
         let link = &self.inner;
         link.stop_imports.cancel();
-        let (imports, exports) = {
-            let mut parts = link.parts();
-            (
-                std::mem::take(&mut parts.imports),
-                std::mem::take(&mut parts.exports),
-            )
-        };
         // 1. Imports: each task stops pulling and settles what it holds.
         // 2. Exports: unsubscribe (which hands over what is queued), then await the acks.
-        let settled = settle_and_flush(imports, exports, &link.held, deadline).await;
+        let settled = link.tasks.settle_and_flush(&link.held, deadline).await;
         let mut cut_at = settled.cut_at;
         let (unsettled_imports, unacked_exports) =
             (settled.unsettled_imports, settled.unacked_exports);

@@ -3,12 +3,12 @@
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, settle_and_flush, Claim, Claims, ImportTask};
+use ringbus_link::engine::{deadline_after, Claim, Claims, Tasks};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
@@ -184,7 +184,7 @@ impl LinkBuilder {
                 stop_imports: CancellationToken::new(),
                 held: AtomicU64::new(0),
                 linked: Claims::new(),
-                parts: Mutex::new(Parts::default()),
+                tasks: Tasks::new(),
             }),
         })
     }
@@ -233,19 +233,12 @@ pub(crate) fn redacted(url: &str) -> String {
     format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
 }
 
-/// The running parts of a link, stopped by `close`.
-#[derive(Default)]
-struct Parts {
-    imports: Vec<ImportTask>,
-    exports: Vec<export::ExportTask>,
-}
-
 /// What every part of a link shares.
 ///
 /// Every field is set once by `connect` and then read only, except: `counters` (relaxed
 /// tallies), `held` (relaxed: a count for the close report, written by the settlers), `linked`
-/// and `parts` (each under its mutex: a set of names, lists of handles), and `stop_imports`
-/// (cancelled once by `close` or `Drop`).
+/// and `tasks` (each under its own mutex: a set of names, lists of handles), and
+/// `stop_imports` (cancelled once by `close` or `Drop`).
 pub(crate) struct LinkShared {
     /// This link's id: the origin field of its exports.
     pub(crate) id: String,
@@ -269,15 +262,11 @@ pub(crate) struct LinkShared {
     pub(crate) held: AtomicU64,
     /// The topics linked, each way.
     linked: Claims,
-    parts: Mutex<Parts>,
+    /// Its running imports and exports, stopped by `close`.
+    tasks: Tasks<export::ExportTask>,
 }
 
 impl LinkShared {
-    fn parts(&self) -> MutexGuard<'_, Parts> {
-        // Only lists of handles: a panic cannot leave them inconsistent.
-        self.parts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The stream key of `topic`.
     pub(crate) fn stream_key(&self, topic: &str) -> String {
         format!("{}:{topic}", self.prefix)
@@ -394,7 +383,7 @@ impl Link {
         let claim = self.inner.claim(topic, "export")?;
         let task = export::start::<T, C>(&self.inner, topic, codec)?;
         claim.keep();
-        self.inner.parts().exports.push(task);
+        self.inner.tasks.push_export(task);
         Ok(())
     }
 
@@ -493,7 +482,7 @@ impl Link {
         let claim = self.inner.claim(topic, "import")?;
         let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
         claim.keep();
-        self.inner.parts().imports.push(task);
+        self.inner.tasks.push_import(task);
         Ok(())
     }
 
@@ -566,16 +555,9 @@ impl Link {
         let deadline = deadline_after(started, timeout);
         let link = &self.inner;
         link.stop_imports.cancel();
-        let (imports, exports) = {
-            let mut parts = link.parts();
-            (
-                std::mem::take(&mut parts.imports),
-                std::mem::take(&mut parts.exports),
-            )
-        };
         // 1. Imports: each task stops reading and settles what it holds.
         // 2. Exports: unsubscribe, which hands over (and so adds) what is queued.
-        let settled = settle_and_flush(imports, exports, &link.held, deadline).await;
+        let settled = link.tasks.settle_and_flush(&link.held, deadline).await;
         let (unsettled_imports, unacked_exports) =
             (settled.unsettled_imports, settled.unacked_exports);
 
