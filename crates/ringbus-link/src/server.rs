@@ -40,30 +40,65 @@ pub fn skip_or_panic<T>(require: &str, why: &str) -> Option<T> {
     None
 }
 
-/// Finds a server's binary: the path in the environment variable `explicit` if set, else
-/// `name` on `PATH`, else the first of `well_known` that exists. `Ok(None)` if there is
-/// none, `Err` if `explicit` names something that is not an executable file.
-pub fn find_binary(
-    explicit: &str,
-    name: &str,
-    well_known: &[&str],
-) -> Result<Option<PathBuf>, String> {
-    if let Some(value) = std::env::var_os(explicit).filter(|value| !value.is_empty()) {
-        let path = PathBuf::from(&value);
-        if is_executable(&path) {
-            return Ok(Some(path));
+/// A server binary a harness runs, and where to look for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Binary {
+    /// Its name on `PATH`, which is also its Debian package's: `"nats-server"`.
+    pub name: &'static str,
+    /// The environment variable that names it explicitly: `"NATS_SERVER_BIN"`.
+    pub explicit: &'static str,
+    /// Where to look after `PATH`.
+    pub well_known: &'static [&'static str],
+    /// The environment variable that makes a missing binary a panic instead of a skip
+    /// (see [`required`]): `"REQUIRE_NATS"`.
+    pub require: &'static str,
+}
+
+impl Binary {
+    /// Finds the binary: the path in [`explicit`](Self::explicit) if set, else
+    /// [`name`](Self::name) on `PATH`, else the first of [`well_known`](Self::well_known)
+    /// that exists. `Ok(None)` if there is none, `Err` if `explicit` names something that is
+    /// not an executable file.
+    pub fn find(&self) -> Result<Option<PathBuf>, String> {
+        if let Some(value) = std::env::var_os(self.explicit).filter(|value| !value.is_empty()) {
+            let path = PathBuf::from(&value);
+            if is_executable(&path) {
+                return Ok(Some(path));
+            }
+            return Err(format!(
+                "{}={} is not an executable file",
+                self.explicit,
+                path.display()
+            ));
         }
-        return Err(format!(
-            "{explicit}={} is not an executable file",
-            path.display()
-        ));
+        let on_path = std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+            .map(|dir| dir.join(self.name));
+        let well_known = self.well_known.iter().map(PathBuf::from);
+        Ok(on_path.chain(well_known).find(|path| is_executable(path)))
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join(name));
-    let well_known = well_known.iter().map(PathBuf::from);
-    Ok(on_path.chain(well_known).find(|path| is_executable(path)))
+
+    /// The binary, or `None` (after printing a `SKIPPED:` line, see [`skip_or_panic`]) when
+    /// there is none and [`require`](Self::require) is not set.
+    ///
+    /// # Panics
+    ///
+    /// When no binary is found and `require` is set, or `explicit` is not an executable file.
+    pub fn find_or_skip(&self) -> Option<PathBuf> {
+        match self.find() {
+            Ok(Some(binary)) => Some(binary),
+            Ok(None) => skip_or_panic(
+                self.require,
+                &format!(
+                    "no {name} binary found; install it (apt-get install {name}) or set {}",
+                    self.explicit,
+                    name = self.name
+                ),
+            ),
+            Err(message) => panic!("{message}"),
+        }
+    }
 }
 
 /// Whether `path` is a file that can be run (on Unix: with an execute bit set).
@@ -139,12 +174,13 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_none() {
-        let missing = find_binary(
-            "RINGBUS_LINK_TEST_NO_SUCH_VAR",
-            "ringbus-no-such-binary",
-            &["/nonexistent/ringbus"],
-        );
-        assert_eq!(missing, Ok(None));
+        let missing = Binary {
+            name: "ringbus-no-such-binary",
+            explicit: "RINGBUS_LINK_TEST_NO_SUCH_VAR",
+            well_known: &["/nonexistent/ringbus"],
+            require: "RINGBUS_LINK_TEST_NO_SUCH_VAR",
+        };
+        assert_eq!(missing.find(), Ok(None));
         assert!(!is_executable(Path::new("/nonexistent/ringbus")));
     }
 }

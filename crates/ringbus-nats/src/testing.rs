@@ -110,7 +110,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ringbus_link::server::{self, free_port};
+use ringbus_link::server::{self, free_port, Binary};
 
 mod cluster;
 mod memory;
@@ -138,6 +138,14 @@ const READY_LINE: &str = "Server is ready";
 const ADDR_IN_USE: &str = "address already in use";
 /// Lines of the server's log quoted when a start fails.
 const TAIL_LINES: usize = 40;
+
+/// The `nats-server` binary, found in `NATS_SERVER_BIN`, on `PATH` or where Debian puts it.
+const NATS_SERVER: Binary = Binary {
+    name: "nats-server",
+    explicit: "NATS_SERVER_BIN",
+    well_known: &["/usr/sbin/nats-server", "/usr/local/bin/nats-server"],
+    require: "REQUIRE_NATS",
+};
 
 /// Whether `REQUIRE_NATS` is set to `1` (or `true`/`yes`): NATS tests must then fail, not skip,
 /// when no `nats-server` binary is found. CI sets it.
@@ -304,7 +312,7 @@ impl NatsServer {
     ///   spawned, or the server exits or is not ready within 10 s (the message quotes the tail of
     ///   the server's log).
     pub fn start_with(options: ServerOptions) -> Option<Self> {
-        let binary = binary_or_skip()?;
+        let binary = NATS_SERVER.find_or_skip()?;
         Some(Self::start_at(binary, options, None))
     }
 
@@ -571,25 +579,6 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The binary, or `None` (after printing a `SKIPPED:` line) when there is none and
-/// `REQUIRE_NATS` is not set.
-///
-/// # Panics
-///
-/// When no binary is found and `REQUIRE_NATS=1`, or `NATS_SERVER_BIN` is not an executable file.
-fn binary_or_skip() -> Option<PathBuf> {
-    let well_known = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"];
-    match server::find_binary("NATS_SERVER_BIN", "nats-server", &well_known) {
-        Ok(Some(binary)) => Some(binary),
-        Ok(None) => server::skip_or_panic(
-            "REQUIRE_NATS",
-            "no nats-server binary found; install it (apt-get install nats-server) or set \
-             NATS_SERVER_BIN",
-        ),
-        Err(message) => panic!("{message}"),
     }
 }
 

@@ -39,7 +39,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ringbus_link::server::{self, free_port};
+use ringbus_link::server::{self, free_port, Binary};
 
 /// How long a start may take before it is reported as failed.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +51,14 @@ const POLL: Duration = Duration::from_millis(10);
 const READY_LINE: &str = "Ready to accept connections";
 /// What redis-server logs (fatally) when its port is taken.
 const ADDR_IN_USE: &str = "Address already in use";
+
+/// The `redis-server` binary, found in `REDIS_SERVER_BIN`, on `PATH` or where Debian puts it.
+const REDIS_SERVER: Binary = Binary {
+    name: "redis-server",
+    explicit: "REDIS_SERVER_BIN",
+    well_known: &["/usr/bin/redis-server", "/usr/local/bin/redis-server"],
+    require: "REQUIRE_REDIS",
+};
 
 /// Whether `REQUIRE_REDIS` is set to `1` (or `true`/`yes`): Redis tests must then fail, not
 /// skip, when no `redis-server` binary is found. CI sets it.
@@ -147,7 +155,7 @@ impl RedisServer {
     /// executable file; when the directory cannot be made, the process cannot be spawned, or
     /// the server exits or is not ready within 10 s (the message quotes its log's tail).
     pub fn start_with(options: ServerOptions) -> Option<Self> {
-        let binary = binary_or_skip()?;
+        let binary = REDIS_SERVER.find_or_skip()?;
         let dir = server::make_temp_dir("ringbus-redis");
         if options.tls {
             match make_certificates(&dir) {
@@ -373,26 +381,6 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The binary, or `None` (after printing a `SKIPPED:` line) when there is none and
-/// `REQUIRE_REDIS` is not set.
-///
-/// # Panics
-///
-/// When no binary is found and `REQUIRE_REDIS=1`, or `REDIS_SERVER_BIN` is not an executable
-/// file.
-fn binary_or_skip() -> Option<PathBuf> {
-    let well_known = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"];
-    match server::find_binary("REDIS_SERVER_BIN", "redis-server", &well_known) {
-        Ok(Some(binary)) => Some(binary),
-        Ok(None) => server::skip_or_panic(
-            "REQUIRE_REDIS",
-            "no redis-server binary found; install it (apt-get install redis-server) or set \
-             REDIS_SERVER_BIN",
-        ),
-        Err(message) => panic!("{message}"),
     }
 }
 

@@ -13,7 +13,7 @@ use std::fs;
 use std::thread;
 use std::time::Instant;
 
-use super::{binary_or_skip, free_port, NatsServer, ServerOptions, POLL, READY_TIMEOUT};
+use super::{free_port, NatsServer, ServerOptions, NATS_SERVER, POLL, READY_TIMEOUT};
 
 /// The cluster's name, as the nodes know it.
 const CLUSTER_NAME: &str = "ringbus-test";
@@ -91,7 +91,7 @@ impl NatsCluster {
     /// - When a metadata leader is not elected within 10 s (the message quotes the node's log).
     pub fn start_with(size: usize, options: ServerOptions) -> Option<Self> {
         assert!(size >= 2, "a cluster needs at least 2 nodes, not {size}");
-        let binary = binary_or_skip()?;
+        let binary = NATS_SERVER.find_or_skip()?;
         let ports = distinct_free_ports(2 * size);
         let (client_ports, route_ports) = ports.split_at(size);
         let mut nodes = Vec::with_capacity(size);
