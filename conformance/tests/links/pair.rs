@@ -5,13 +5,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringbus::Bus;
+// `eventually` polls a condition until it holds, failing the test after `WAIT` (20 s).
+pub(crate) use ringbus_link::testing::{eventually, WAIT};
 use ringbus_nats::testing::{MemoryNats, NatsServer};
 use ringbus_redis::testing::{RedisServer, ServerOptions as RedisOptions};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub(crate) const TOPIC: &str = "items";
-pub(crate) const WAIT: Duration = Duration::from_secs(20);
 /// The deliveries after which both at-least-once engines dead-letter (in this suite).
 pub(crate) const MAX_DELIVER: u32 = 3;
 /// How long after a handler failure both engines deliver again (in this suite).
@@ -434,17 +435,5 @@ impl Pair {
             link.close(self.kind).await;
         }
         self.subscriber.close().await;
-    }
-}
-
-/// Polls `cond` until it holds or `WAIT` passes (a bounded wait on a condition).
-pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
