@@ -703,8 +703,51 @@ fn verdict(rows: &[Summary], systems: usize) -> String {
                 format!(" Not in: {}.", missed.join("; "))
             }
         ));
+        lines.push(same_test(rows, systems, wiring));
     }
     lines.join("\n\n")
+}
+
+/// The same test for every system of `wiring`'s pool (that ringbus wiring and the peers):
+/// in how many rows each one's e2e p99 and p99.9 medians are no worse than every other
+/// system's of the pool. Where systems are level within the noise, the lowest of several
+/// medians is lower than any one system's typical figure, so this says how often a system
+/// meets the test by chance.
+fn same_test(rows: &[Summary], systems: usize, wiring: &str) -> String {
+    let in_pool = |system: &str| system == wiring || !system.starts_with("ringbus");
+    let mut counts: Vec<(&str, usize)> = rows
+        .iter()
+        .take(systems)
+        .map(|r| r.system)
+        .filter(|s| in_pool(s))
+        .map(|s| (s, 0))
+        .collect();
+    let mut groups = 0;
+    for group in rows.chunks(systems) {
+        groups += 1;
+        let pool: Vec<&Summary> = group.iter().filter(|r| in_pool(r.system)).collect();
+        for (system, met) in &mut counts {
+            let Some(it) = pool.iter().find(|r| r.system == *system) else {
+                continue;
+            };
+            if pool
+                .iter()
+                .filter(|r| r.system != *system)
+                .all(|o| it.p99.median <= o.p99.median && it.p999.median <= o.p999.median)
+            {
+                *met += 1;
+            }
+        }
+    }
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(system, met)| format!("{system} {met}"))
+        .collect();
+    format!(
+        "The same test for every system against the others of its pool ({wiring} and the \
+         peers), rows of {groups}: {}.",
+        counts.join(", ")
+    )
 }
 
 /// Every system, in the order each configuration runs them.
