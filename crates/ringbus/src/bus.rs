@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -1085,8 +1086,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// # Cancel safety
     ///
     /// As [`Bus::publish`].
-    pub async fn publish(&self, msg: T) -> Result<(), PublishError<T>> {
-        self.inner.publish_with(&crate::context::NEVER, msg).await
+    pub fn publish(&self, msg: T) -> impl Future<Output = Result<(), PublishError<T>>> + Send + '_ {
+        self.inner.publish_with(&crate::context::NEVER, msg)
     }
 
     /// As [`Bus::publish_with`], without the lookup.
@@ -1094,8 +1095,12 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// # Cancel safety
     ///
     /// As [`Bus::publish`].
-    pub async fn publish_with(&self, ctx: &Context, msg: T) -> Result<(), PublishError<T>> {
-        self.inner.publish_with(ctx, msg).await
+    pub fn publish_with<'a>(
+        &'a self,
+        ctx: &'a Context,
+        msg: T,
+    ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a {
+        self.inner.publish_with(ctx, msg)
     }
 
     /// As [`Bus::try_publish`] (`Full` only when the slowest subscriber's queue is full),
