@@ -843,3 +843,41 @@ fn wait_idle_returns_while_unrouted_publishes_go_on() {
         });
     }
 }
+
+/// After `close` begins, every publish returns `Closed` (guarantee 5), also one that passed
+/// the closed check before it and yielded on tokio's budget before it took the topic's
+/// writer: the check that counts is made holding the writer (`admit`). The close is still
+/// draining when the publish goes on, so the writer is still there to take.
+#[tokio::test]
+async fn a_publish_that_yielded_before_the_writer_is_refused_by_a_close_meanwhile() {
+    let bus = Bus::new();
+    let gate = Gate::closed();
+    let mut slow = gated(&bus, "t", "slow", &gate);
+    bus.publish("t", 0u64).await.unwrap();
+    assert_eq!(slow.entered.recv().await, Some(0));
+
+    let topic = bus.topic::<u64>("t").unwrap();
+    let mut publishing = task::spawn(topic.publish(1));
+    // With the task's budget spent, the publish passes the closed check and yields before
+    // it takes the writer.
+    std::future::poll_fn(|cx| {
+        while tokio::task::coop::poll_proceed(cx)
+            .map(|unit| unit.made_progress())
+            .is_ready()
+        {}
+        assert_pending!(publishing.poll());
+        std::task::Poll::Ready(())
+    })
+    .await;
+    assert_eq!(topic.published(), 1);
+
+    let mut close = task::spawn(bus.close());
+    assert_pending!(close.poll());
+    tokio::task::yield_now().await; // a fresh budget
+    assert_closed(publishing.await, 1);
+    assert_eq!(topic.published(), 1, "published after the close began");
+
+    gate.open();
+    close.await;
+    assert_eq!(slow.log.snapshot(), [0]);
+}
