@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, Claim, Claims, ImportTask, Tasks};
+use ringbus_link::engine::{deadline_after, Claim, Claims, Tasks};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::LONGEST_WAIT;
 use tokio::time::Instant;
@@ -313,7 +313,7 @@ pub(crate) struct LinkShared {
     /// The topics linked, each way.
     linked: Claims,
     /// Its running imports and exports, stopped by `close`.
-    tasks: Tasks<export::ExportTask>,
+    pub(crate) tasks: Tasks<export::ExportTask>,
     /// Serialises stream setup within this link.
     stream_setup: tokio::sync::Mutex<()>,
 }
@@ -388,16 +388,6 @@ impl LinkShared {
                 topic: topic.to_string(),
                 direction,
             })
-    }
-
-    /// Keeps a started export for `close`.
-    pub(crate) fn push_export(&self, task: export::ExportTask) {
-        self.tasks.push_export(task);
-    }
-
-    /// Keeps a started import for `close`.
-    pub(crate) fn push_import(&self, task: ImportTask) {
-        self.tasks.push_import(task);
     }
 }
 

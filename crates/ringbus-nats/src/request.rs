@@ -474,7 +474,7 @@ impl Link {
         let claims = claim_both_ways(&self.inner, topic)?;
         let task = export::<T, R, C>(&self.inner, topic, subject, codec).await?;
         keep(claims);
-        self.inner.push_export(task);
+        self.inner.tasks.push_export(task);
         Ok(())
     }
 
@@ -554,7 +554,7 @@ impl Link {
         let claims = claim_both_ways(&self.inner, topic)?;
         let task = import::<T, R, C>(&self.inner, topic, subject, &sharing, codec).await?;
         keep(claims);
-        self.inner.push_import(task);
+        self.inner.tasks.push_import(task);
         Ok(())
     }
 }
