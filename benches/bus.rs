@@ -19,6 +19,8 @@
 //! - `ringbus`: `bus.publish(name, msg).await` by name; `ringbus/topic` publishes through a
 //!   resolved [`Topic`] handle instead (`topic.publish(msg).await`) and subscribes through
 //!   it. Subscribers are `bus.subscribe(name, |m: &u64| ...)` closures.
+//!   `ringbus-batch` publishes as `ringbus` does, to batch subscribers
+//!   (`bus.subscribe_batch`), as the fan-outs' subscribers take what is queued in one go.
 //! - `tokio-broadcast`: a `dashmap::DashMap<String, tokio::sync::broadcast::Sender<u64>>`
 //!   (hashed with FNV-1a, as ringbus hashes names); a publish `send`s under the shard's read
 //!   lock, then spends a unit of tokio's cooperative budget (without it the publisher never
@@ -91,8 +93,8 @@ mod bus_peers;
 mod stopwatch;
 
 use bus_peers::{
-    AsyncBroadcast, Counter, FanoutBus, Ringbus, Shape, System, Tallies, TokioBroadcast, TokioMpsc,
-    PUBLISHERS, TOPICS,
+    AsyncBroadcast, Counter, FanoutBus, Ringbus, RingbusBatch, Shape, System, Tallies,
+    TokioBroadcast, TokioMpsc, PUBLISHERS, TOPICS,
 };
 
 /// Queue capacity of every system unless a scenario says otherwise.
@@ -283,6 +285,9 @@ fn scenario(c: &mut Criterion, rt: &Runtime, group: &str, shape: Shape) {
     // Publishing through `Topic` handles resolved once (`System::resolve`).
     let resolved = shape.resolved();
     bench_system::<Ringbus>(&mut g, rt, group, "ringbus/topic", resolved);
+    // Batch subscribers (`subscribe_batch`), as the fan-outs' subscribers use their batch
+    // receive.
+    bench_system::<RingbusBatch>(&mut g, rt, group, "ringbus-batch", shape);
     bench_system::<TokioBroadcast>(&mut g, rt, group, "tokio-broadcast", shape);
     bench_system::<AsyncBroadcast>(&mut g, rt, group, "async-broadcast", shape);
     bench_system::<MpscFanout>(&mut g, rt, group, "tokio-mpsc-fanout", shape);

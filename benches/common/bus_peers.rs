@@ -81,6 +81,26 @@ impl Counter {
         }
     }
 
+    /// The counter as a `ringbus` batch handler closure (`subscribe_batch`): one count and
+    /// one sum per batch, as the fan-outs' subscribers count what one batch receive took.
+    pub(crate) fn batch_handler(
+        self,
+    ) -> impl Fn(ringbus::Batch<'_, u64>) -> std::future::Ready<()> + Send + Sync + 'static {
+        move |batch: ringbus::Batch<'_, u64>| {
+            let (n, sum) = batch
+                .iter()
+                .fold((0u64, 0u64), |(n, sum), &m| (n + 1, sum.wrapping_add(m)));
+            let t = &self.0;
+            t.count
+                .store(t.count.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            t.sum.store(
+                t.sum.load(Ordering::Relaxed).wrapping_add(sum),
+                Ordering::Relaxed,
+            );
+            std::future::ready(())
+        }
+    }
+
     fn lose(&self, n: u64) {
         let t = &self.0;
         t.lost
@@ -313,6 +333,53 @@ impl System for Ringbus {
     async fn close(&self, subs: Vec<Subscription>) {
         drop(subs); // a dropped Subscription runs on until the bus closes
         self.bus.close().await;
+    }
+}
+
+/// `ringbus-batch`: [`Ringbus`] with batch subscribers (`bus.subscribe_batch`): each takes
+/// what is queued for it in one handler call, as the fan-outs' subscribers take what their
+/// channel holds with its batch receive (`recv_many`, `drain_into`, `try_iter`). Publishing
+/// is [`Ringbus`]'s.
+pub(crate) struct RingbusBatch(Ringbus);
+
+impl System for RingbusBatch {
+    const LOSSY: bool = false;
+    type Sub = Subscription;
+    type Handle = Topic<u64>;
+
+    fn build(capacity: usize, names: &[String]) -> Self {
+        Self(Ringbus::build(capacity, names))
+    }
+
+    fn subscribe(&self, topic: usize, counter: Counter) -> Subscription {
+        self.0
+            .bus
+            .subscribe_batch(
+                &self.0.names[topic],
+                ringbus::SubscribeOptions::new(),
+                counter.batch_handler(),
+            )
+            .expect("subscribe")
+    }
+
+    fn unsubscribe(&self, sub: Subscription) -> impl Future<Output = ()> + Send {
+        self.0.unsubscribe(sub)
+    }
+
+    fn publish(&self, topic: usize, msg: u64) -> impl Future<Output = ()> + Send {
+        self.0.publish(topic, msg)
+    }
+
+    fn resolve(&self, topic: usize) -> Topic<u64> {
+        self.0.resolve(topic)
+    }
+
+    fn publish_to(&self, topic: &Topic<u64>, msg: u64) -> impl Future<Output = ()> + Send {
+        self.0.publish_to(topic, msg)
+    }
+
+    fn close(&self, subs: Vec<Subscription>) -> impl Future<Output = ()> + Send {
+        self.0.close(subs)
     }
 }
 

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use crate::alloc::Window;
 use crate::bus_peers::{
-    self, AsyncBroadcast, Channel, Counter, FanoutBus, Ringbus, Shape, System, TokioBroadcast,
-    TokioMpsc, PUBLISHERS, TOPICS,
+    self, AsyncBroadcast, Channel, Counter, FanoutBus, Ringbus, RingbusBatch, Shape, System,
+    TokioBroadcast, TokioMpsc, PUBLISHERS, TOPICS,
 };
 use crate::stopwatch::Stopwatch;
 use crate::{Case, Outcome, Scenario, CAP};
@@ -232,6 +232,7 @@ fn publish_case<'a, S: System>(rt: &'a Runtime, system: &'static str, shape: Sha
 fn publish_cases(rt: &Runtime, shape: Shape) -> Vec<Case<'_>> {
     vec![
         publish_case::<Ringbus>(rt, "ringbus", shape),
+        publish_case::<RingbusBatch>(rt, "ringbus-batch", shape),
         publish_case::<TokioBroadcast>(rt, "tokio-broadcast", shape),
         publish_case::<AsyncBroadcast>(rt, "async-broadcast", shape),
         publish_case::<FanoutBus<TokioMpsc>>(rt, "tokio-mpsc-fanout", shape),
@@ -317,6 +318,7 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
             "subscribe",
             vec![
                 subscribe_case::<Ringbus>(rt, "ringbus"),
+                subscribe_case::<RingbusBatch>(rt, "ringbus-batch"),
                 subscribe_case::<TokioBroadcast>(rt, "tokio-broadcast"),
                 subscribe_case::<AsyncBroadcast>(rt, "async-broadcast"),
                 subscribe_case::<FanoutBus<TokioMpsc>>(rt, "tokio-mpsc-fanout"),

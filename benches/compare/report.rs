@@ -84,6 +84,7 @@ pub(crate) const FAMILIES: &[(&str, &str, &str)] = &[
 /// System order on the page and its colour.
 pub(crate) const SYSTEMS: &[(&str, RGBColor)] = &[
     ("ringbus", RGBColor(214, 39, 40)),
+    ("ringbus-batch", RGBColor(227, 119, 194)),
     ("disruptor", RGBColor(127, 127, 127)),
     ("tokio-broadcast", RGBColor(31, 119, 180)),
     ("async-broadcast", RGBColor(44, 160, 44)),
@@ -91,6 +92,13 @@ pub(crate) const SYSTEMS: &[(&str, RGBColor)] = &[
     ("kanal-fanout", RGBColor(255, 127, 14)),
     ("flume-fanout", RGBColor(140, 86, 75)),
 ];
+
+/// ringbus's wirings other than the reference one: not peers (kept out of the per-peer
+/// lists; their ratio column is their time over one-message ringbus's).
+const WIRINGS: &[&str] = &["ringbus-batch"];
+
+/// The peers that may lose messages: never "the best lossless peer".
+const LOSSY: &[&str] = &["tokio-broadcast"];
 
 fn system_rank(s: &str) -> usize {
     SYSTEMS
@@ -226,6 +234,8 @@ struct Row {
     deliveries: u64,
     ratio: Option<(f64, f64, f64)>,
     tasks: Option<u64>,
+    /// The time of each round, in run order.
+    rounds: Vec<f64>,
 }
 
 fn rows(results: &Value) -> Vec<Row> {
@@ -244,6 +254,10 @@ fn rows(results: &Value) -> Vec<Row> {
             lost: f["lost"].as_u64().unwrap_or(0),
             deliveries: f["deliveries"].as_u64().unwrap_or(0),
             tasks: f["tasks_per_subscription"].as_u64(),
+            rounds: f["rounds_ns"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default(),
             ratio: f.get("ratio_to_ringbus").map(|r| {
                 (
                     r["median"].as_f64().unwrap_or(f64::NAN),
@@ -634,6 +648,7 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
              its percentiles here without re-measuring the rest.\n\n",
         ),
     }
+    md.push_str(&goals(&all));
     md.push_str(&conclusions(&all));
     std::fs::write(dir.join("README.md"), md)?;
     Ok(())
@@ -646,7 +661,11 @@ fn headline(results: &Value, all: &[Row]) -> String {
          ringbus's median time per operation, and each peer's time divided by ringbus's in \
          the same round: median of the rounds [min – max]. Above 1: ringbus was faster. Bold: \
          the same side of 1 in every round. `tokio-broadcast` is lossy (see the *lost* column \
-         below): its ratio is not a like-for-like comparison where it lost messages.\n\n",
+         below): its ratio is not a like-for-like comparison where it lost messages. \
+         `ringbus-batch` is not a peer but ringbus with batch subscribers \
+         (`subscribe_batch`), as the fan-outs' subscribers take what is queued with their \
+         channel's batch receive: its column is its time over one-message ringbus's, below 1 \
+         where batch subscribers made it faster.\n\n",
     );
     let peers: Vec<&str> = SYSTEMS
         .iter()
@@ -717,7 +736,10 @@ struct Standing {
 /// Per peer, where ringbus was faster or slower in every round.
 fn family_summary(scenarios: &[String], all: &[Row]) -> String {
     let mut by_peer: BTreeMap<usize, Standing> = BTreeMap::new();
-    for r in all.iter().filter(|r| scenarios.contains(&r.scenario)) {
+    for r in all
+        .iter()
+        .filter(|r| scenarios.contains(&r.scenario) && !WIRINGS.contains(&r.system.as_str()))
+    {
         let Some(ratio) = r.ratio else { continue };
         let e = by_peer
             .entry(system_rank(&r.system))
@@ -796,6 +818,9 @@ fn method(rounds: &str, target_ms: &str) -> String {
            - `ringbus`: `bus.publish(name, msg).await` by name, `topic.publish(msg).await` \
          through a `Topic` resolved once (`bus.topic::<u64>(name)`); subscribers \
          `bus.subscribe(name, |m: &u64| ...)`;\n  \
+           - `ringbus-batch`: the same bus and publishes, with batch subscribers \
+         (`bus.subscribe_batch(name, options, |batch: Batch<'_, u64>| ...)`: one handler \
+         call for what is queued, as the fan-outs' subscribers take it);\n  \
            - the peers' topic registries: a `dashmap::DashMap<String, _>` (sharded locks, \
          never one lock every publisher shares), hashed with FNV-1a as ringbus hashes names \
          (the std SipHash took about twice as long on these names when measured here); a \
@@ -884,6 +909,133 @@ fn latency_section(lat: &Value) -> String {
         );
     }
     s.push('\n');
+    s
+}
+
+/// `median [min – max]` of per-round values.
+fn spread(v: &[f64]) -> String {
+    format!(
+        "{} [{} – {}]",
+        fmt_ratio(median(v)),
+        fmt_ratio(min(v)),
+        fmt_ratio(max(v))
+    )
+}
+
+/// The goals the bus is held to in the scenarios they name, for each ringbus wiring:
+/// per-round ratios against the best lossless peer of the same round's scenario (the peer with
+/// the lowest median), and `publish/100` over `publish/1` of the same round.
+fn goals(all: &[Row]) -> String {
+    let find = |sc: &str, sys: &str| all.iter().find(|r| r.scenario == sc && r.system == sys);
+    let wirings: Vec<&str> = std::iter::once("ringbus")
+        .chain(WIRINGS.iter().copied())
+        .filter(|w| all.iter().any(|r| r.system == *w))
+        .collect();
+    if find("publish/1", "ringbus").is_none() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "## Against the goals\n\n\
+         The goals of the many-publisher, subscribe and wide fan-out work, for each of \
+         ringbus's subscriber wirings: *ringbus* subscribes one-message handlers \
+         (`subscribe`), *ringbus-batch* batch handlers (`subscribe_batch`), as the fan-outs' \
+         subscribers take what is queued with their channel's batch receive. A ratio is \
+         computed per round (its systems ran back to back) and shown as median [min – max]; \
+         `publish/100 ÷ publish/1` divides the two scenarios' times of the same round (they \
+         ran at different times of the round, so it carries more of the machine's drift). ✔ every round: the \
+         goal held in every round; ✔ median: in the median round only.\n\n",
+    );
+    let _ = writeln!(
+        s,
+        "| goal | best lossless peer | {} |\n|---|---|{}",
+        wirings.join(" | "),
+        "---|".repeat(wirings.len())
+    );
+    let best_peer = |sc: &str| {
+        all.iter()
+            .filter(|r| {
+                r.scenario == sc
+                    && r.system != "ringbus"
+                    && !WIRINGS.contains(&r.system.as_str())
+                    && !LOSSY.contains(&r.system.as_str())
+            })
+            .min_by(|a, b| a.median.total_cmp(&b.median))
+    };
+    let cell = |w: &str, against: Option<&Row>, sc: &str, goal: f64| -> String {
+        match (find(sc, w), against) {
+            (Some(r), Some(p)) if r.rounds.len() == p.rounds.len() && !r.rounds.is_empty() => {
+                let q = ratios(&r.rounds, &p.rounds);
+                let met = if max(&q) <= goal {
+                    " ✔ every round"
+                } else if median(&q) <= goal {
+                    " ✔ median"
+                } else {
+                    " ✘"
+                };
+                format!("{}{met}", spread(&q))
+            }
+            _ => "-".into(),
+        }
+    };
+    for sc in [
+        "publish_parallel",
+        "publish_parallel/resolved",
+        "publish_parallel_topics",
+        "publish_parallel_topics/resolved",
+    ] {
+        let Some(peer) = best_peer(sc) else { continue };
+        let cells: Vec<String> = wirings
+            .iter()
+            .map(|w| cell(w, Some(peer), sc, 0.7))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| `{sc}` ≤ 0.7x the best lossless peer | {} | {} |",
+            peer.system,
+            cells.join(" | ")
+        );
+    }
+    if let Some(fanout) = find("subscribe", "tokio-mpsc-fanout") {
+        let cells: Vec<String> = wirings
+            .iter()
+            .map(|w| {
+                let allocs = find("subscribe", w).map_or(f64::NAN, |r| r.allocs);
+                format!(
+                    "{}, {allocs:.1} allocs{}",
+                    cell(w, Some(fanout), "subscribe", 1.0),
+                    if allocs <= 2.0 { " ✔" } else { " ✘" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "| `subscribe` ≤ 1x the mpsc fan-out's pair, ≤ 2 allocations | tokio-mpsc-fanout \
+             (named by the goal) | {} |",
+            cells.join(" | ")
+        );
+    }
+    let cells: Vec<String> = wirings
+        .iter()
+        .map(|w| match (find("publish/100", w), find("publish/1", w)) {
+            (Some(wide), Some(one)) if wide.rounds.len() == one.rounds.len() => {
+                let q = ratios(&wide.rounds, &one.rounds);
+                let met = if max(&q) <= 10.0 {
+                    " ✔ every round"
+                } else if median(&q) <= 10.0 {
+                    " ✔ median"
+                } else {
+                    " ✘"
+                };
+                format!("{}{met}", spread(&q))
+            }
+            _ => "-".into(),
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "| `publish/100` ≤ 10x `publish/1` | - | {} |\n",
+        cells.join(" | ")
+    );
     s
 }
 
