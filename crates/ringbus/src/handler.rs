@@ -131,16 +131,47 @@ where
     T: Sync + 'static,
     F: for<'a> HandlerFn<'a, T> + Send + Sync + 'static,
 {
-    // Not an `async fn`: that would need `F::Fut: 'a` spelled out, which the bound on
-    // `HandlerFn::Fut` already gives.
-    #[allow(clippy::manual_async_fn)]
+    /// Calls the closure at once; its future's output is made a `Result` as it is polled. A
+    /// panic in the closure itself is raised here, where the subscriber catches it as it
+    /// catches one in the future (see `subscriber::guarded`).
+    #[inline]
     fn call<'a>(
         &'a self,
         msg: &'a T,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        // The closure runs inside the future, so a panic in it is caught like one in the
-        // future.
-        async move { self(msg).await.into_result() }
+        IntoResult { future: self(msg) }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A closure handler's future, its output made a `Result` (`HandlerOutput::into_result`).
+    ///
+    /// Hand-written rather than an `async move` block around the closure's call: the block's
+    /// state machine (its state to set and test, the closure and the message to keep until
+    /// its first poll) cost each delivery about 11 instructions in the cost gate
+    /// (`bus/publish1` 347.01 -> 336.22 a message, `bus/publish10` 1709.32 -> 1599.66).
+    struct IntoResult<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F> Future for IntoResult<F>
+where
+    F: Future,
+    F::Output: HandlerOutput,
+{
+    type Output = Result<(), HandlerError>;
+
+    #[inline]
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.project()
+            .future
+            .poll(cx)
+            .map(HandlerOutput::into_result)
     }
 }
 
@@ -209,12 +240,15 @@ where
     S: Send + Sync + 'static,
     F: for<'a> StateHandlerFn<'a, S, T> + Send + Sync + 'static,
 {
-    #[allow(clippy::manual_async_fn)]
+    /// As the closures' `call`: the closure runs at once (see `IntoResult`).
+    #[inline]
     fn call<'a>(
         &'a self,
         msg: &'a T,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move { (self.handler)(&self.state, msg).await.into_result() }
+        IntoResult {
+            future: (self.handler)(&self.state, msg),
+        }
     }
 }
 
@@ -300,13 +334,15 @@ where
     T: Sync + 'static,
     F: for<'a> BatchHandlerFn<'a, T> + Send + Sync + 'static,
 {
-    // Not an `async fn`: see the `Handler` impl for closures.
-    #[allow(clippy::manual_async_fn)]
+    /// As the one-message closures' `call`: the closure runs at once (see `IntoResult`).
+    #[inline]
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move { self(batch).await.into_result() }
+        IntoResult {
+            future: self(batch),
+        }
     }
 }
 
