@@ -549,7 +549,7 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
          better everywhere. **ratio** = peer time / ringbus time in the same round: above 1, \
          ringbus was faster; the median of the per-round ratios is shown with their min and \
          max.\n\n\
-         Reproduce: `just bench` (under 10 minutes of measuring here, writes this page), `just bench quick` \
+         Reproduce: `just bench` (about 12 minutes here, writes this page), `just bench quick` \
          (under 3 minutes, writes to `target/tmp/compare-quick/`), `just bench render` \
          (redraws this page from `results.json`).\n"
     );
