@@ -266,8 +266,8 @@ impl BusBuilder {
         self
     }
 
-    /// Shards of the topic registry (default 64). Lookups take no lock whatever the number;
-    /// creating a topic locks its shard.
+    /// Shards of the topic registry (default 64), rounded up to a power of two, at most
+    /// 65,536. Lookups take no lock whatever the number; creating a topic locks its shard.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.max(1);
         self
