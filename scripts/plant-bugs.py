@@ -246,6 +246,12 @@ BUGS = [
      "        let mixed = hash << 8;\n",
      ({}, ["cargo", "test", "-q", "-p", "ringbus", "--lib", "--", "--exact",
            "map::tests::shard_counts_are_rounded_up_to_a_power_of_two"])),
+    ("bus publish: a publish by name looks its topic up when its future is made",
+     BUS + "topic.rs",
+     "        Self::publish_to(Named { bus, name }, ctx, msg)\n",
+     "        let _ = bus.resolve::<T>(name, None);\n"
+     "        Self::publish_to(Named { bus, name }, ctx, msg)\n",
+     plain("ringbus-suite", "suite", "types::a_publish_by_name_looks_its_topic_up_when_first_polled")),
     ("bus publish: the first poll's fast path spends no budget",
      BUS + "topic.rs",
      "        unit.made_progress();\n        match writer.try_publish(msg) {\n",

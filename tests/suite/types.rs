@@ -200,3 +200,31 @@ async fn racing_creators_agree_on_one_type() {
         );
     }
 }
+
+/// A publish by name looks its topic up when it is first polled, not when its future is made
+/// (as an `async fn` would): a future never polled makes no topic, and the type it is checked
+/// against is the topic's at that first poll.
+#[tokio::test]
+async fn a_publish_by_name_looks_its_topic_up_when_first_polled() {
+    let bus = Bus::new();
+    let publish = bus.publish("later", 1u64);
+    assert!(
+        bus.stats().topics.iter().all(|t| t.name != "later"),
+        "a publish future that was never polled made its topic"
+    );
+    // The topic is made, for another type, between the future's making and its first poll.
+    let _sub = bus
+        .subscribe("later", |_: &u32| std::future::ready(()))
+        .unwrap();
+    match publish.await {
+        Err(PublishError::TypeMismatch(back, e)) => {
+            assert_eq!(back, 1);
+            check_mismatch(&e, "later", "u32", "u64");
+        }
+        other => panic!("expected TypeMismatch, got {other:?}"),
+    }
+    let unpolled = bus.publish("never", 2u64);
+    drop(unpolled);
+    assert!(bus.stats().topics.iter().all(|t| t.name != "never"));
+    bus.close().await;
+}

@@ -465,7 +465,7 @@ impl Bus {
     ///
     /// The reference lives as long as the bus: topics are never removed.
     #[inline]
-    fn resolve<T: Send + Sync + 'static>(
+    pub(crate) fn resolve<T: Send + Sync + 'static>(
         &self,
         name: &str,
         capacity: Option<usize>,
@@ -555,6 +555,9 @@ impl Bus {
     /// Each publish spends one unit of the task's tokio cooperative budget (guarantee 11):
     /// once it is spent, the publish first yields to the other tasks of its worker.
     ///
+    /// Nothing happens until the returned future is first polled: that poll looks the topic
+    /// up (making it if need be), and publishes at once when the topic has room.
+    ///
     /// # Errors
     ///
     /// Each gives the message back: [`PublishError::Closed`] once the bus is closing,
@@ -569,12 +572,12 @@ impl Bus {
     /// [`BusBuilder::capacity`]), once the message is in, the publish waits for every
     /// subscriber to handle it, and dropping the future then does not take it back: every
     /// subscriber still handles it, exactly once.
-    pub async fn publish<T: Send + Sync + 'static>(
-        &self,
-        topic: &str,
+    pub fn publish<'a, T: Send + Sync + 'static>(
+        &'a self,
+        topic: &'a str,
         msg: T,
-    ) -> Result<(), PublishError<T>> {
-        self.publish_with(&crate::context::NEVER, topic, msg).await
+    ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a {
+        self.publish_with(&crate::context::NEVER, topic, msg)
     }
 
     /// [`publish`](Self::publish) that gives up when `ctx` ends: `Err(Cancelled(msg))`, and no
@@ -583,16 +586,13 @@ impl Bus {
     /// # Cancel safety
     ///
     /// As [`publish`](Self::publish).
-    pub async fn publish_with<T: Send + Sync + 'static>(
-        &self,
-        ctx: &Context,
-        topic: &str,
+    pub fn publish_with<'a, T: Send + Sync + 'static>(
+        &'a self,
+        ctx: &'a Context,
+        topic: &'a str,
         msg: T,
-    ) -> Result<(), PublishError<T>> {
-        match self.resolve::<T>(topic, None) {
-            Ok(t) => t.publish_with(ctx, msg).await,
-            Err(e) => Err(PublishError::TypeMismatch(msg, e)),
-        }
+    ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a {
+        TopicInner::<T>::publish_named(self, ctx, topic, msg)
     }
 
     /// Publishes `msg` if there is room now; never waits for room, and is not `async`.
