@@ -283,13 +283,20 @@ impl<T> TopicMap<T> {
 }
 
 /// `ringbus`: `bus.publish(name, msg).await` by name, `topic.publish(msg).await` through a
-/// resolved `Topic<u64>`; subscribers are `bus.subscribe` closures.
-pub(crate) struct Ringbus {
+/// resolved `Topic<u64>`; subscribers are `bus.subscribe` closures, or with `BATCH`
+/// ([`RingbusBatch`]) `bus.subscribe_batch` closures.
+pub(crate) struct Ringbus<const BATCH: bool = false> {
     bus: Bus,
     names: Vec<String>,
 }
 
-impl System for Ringbus {
+/// `ringbus-batch`: [`Ringbus`] with batch subscribers (`bus.subscribe_batch`): each takes
+/// what is queued for it in one handler call, as the fan-outs' subscribers take what their
+/// channel holds with its batch receive (`recv_many`, `drain_into`, `try_iter`). Publishing
+/// is the same.
+pub(crate) type RingbusBatch = Ringbus<true>;
+
+impl<const BATCH: bool> System for Ringbus<BATCH> {
     const LOSSY: bool = false;
     type Sub = Subscription;
     type Handle = Topic<u64>;
@@ -306,9 +313,17 @@ impl System for Ringbus {
     }
 
     fn subscribe(&self, topic: usize, counter: Counter) -> Subscription {
-        self.bus
-            .subscribe(&self.names[topic], counter.handler())
-            .expect("subscribe")
+        let name = &self.names[topic];
+        if BATCH {
+            self.bus.subscribe_batch(
+                name,
+                ringbus::SubscribeOptions::new(),
+                counter.batch_handler(),
+            )
+        } else {
+            self.bus.subscribe(name, counter.handler())
+        }
+        .expect("subscribe")
     }
 
     async fn unsubscribe(&self, sub: Subscription) {
@@ -333,53 +348,6 @@ impl System for Ringbus {
     async fn close(&self, subs: Vec<Subscription>) {
         drop(subs); // a dropped Subscription runs on until the bus closes
         self.bus.close().await;
-    }
-}
-
-/// `ringbus-batch`: [`Ringbus`] with batch subscribers (`bus.subscribe_batch`): each takes
-/// what is queued for it in one handler call, as the fan-outs' subscribers take what their
-/// channel holds with its batch receive (`recv_many`, `drain_into`, `try_iter`). Publishing
-/// is [`Ringbus`]'s.
-pub(crate) struct RingbusBatch(Ringbus);
-
-impl System for RingbusBatch {
-    const LOSSY: bool = false;
-    type Sub = Subscription;
-    type Handle = Topic<u64>;
-
-    fn build(capacity: usize, names: &[String]) -> Self {
-        Self(Ringbus::build(capacity, names))
-    }
-
-    fn subscribe(&self, topic: usize, counter: Counter) -> Subscription {
-        self.0
-            .bus
-            .subscribe_batch(
-                &self.0.names[topic],
-                ringbus::SubscribeOptions::new(),
-                counter.batch_handler(),
-            )
-            .expect("subscribe")
-    }
-
-    fn unsubscribe(&self, sub: Subscription) -> impl Future<Output = ()> + Send {
-        self.0.unsubscribe(sub)
-    }
-
-    fn publish(&self, topic: usize, msg: u64) -> impl Future<Output = ()> + Send {
-        self.0.publish(topic, msg)
-    }
-
-    fn resolve(&self, topic: usize) -> Topic<u64> {
-        self.0.resolve(topic)
-    }
-
-    fn publish_to(&self, topic: &Topic<u64>, msg: u64) -> impl Future<Output = ()> + Send {
-        self.0.publish_to(topic, msg)
-    }
-
-    fn close(&self, subs: Vec<Subscription>) -> impl Future<Output = ()> + Send {
-        self.0.close(subs)
     }
 }
 

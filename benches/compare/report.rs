@@ -1016,20 +1016,7 @@ fn goals(all: &[Row]) -> String {
     }
     let cells: Vec<String> = wirings
         .iter()
-        .map(|w| match (find("publish/100", w), find("publish/1", w)) {
-            (Some(wide), Some(one)) if wide.rounds.len() == one.rounds.len() => {
-                let q = ratios(&wide.rounds, &one.rounds);
-                let met = if max(&q) <= 10.0 {
-                    " ✔ every round"
-                } else if median(&q) <= 10.0 {
-                    " ✔ median"
-                } else {
-                    " ✘"
-                };
-                format!("{}{met}", spread(&q))
-            }
-            _ => "-".into(),
-        })
+        .map(|w| cell(w, find("publish/1", w), "publish/100", 10.0))
         .collect();
     let _ = writeln!(
         s,
