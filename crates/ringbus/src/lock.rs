@@ -61,6 +61,11 @@ const CONTENDED: u8 = 0b10;
 /// the holder, so only while `LOCKED` is set.
 const PARKED: u8 = 0b100;
 
+/// [`WriterLock::try_lock_unless`] refused: the lock was free, but the caller's check, made
+/// holding it, said no.
+#[derive(Debug)]
+pub(crate) struct Refusal;
+
 pub(crate) struct WriterLock<T> {
     /// `LOCKED | CONTENDED | PARKED`.
     state: AtomicU8,
@@ -99,6 +104,26 @@ impl<T> WriterLock<T> {
     fn waiters(&self) -> crate::sync::MutexGuard<'_, Waiters> {
         // Nothing panics while holding it; recover the data if something ever did.
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`try_lock`](Self::try_lock) for a publisher that a close may refuse: `refused` is
+    /// asked *holding* the lock, and if it says so the lock is let go again (`Err`).
+    ///
+    /// This is the close-versus-publish protocol (guarantee 5): `close` sets its flag, then
+    /// passes through the lock once. A publisher that took the lock before that pass
+    /// published before it (the close's lock acquisition sees its write); one that takes it
+    /// after sees the flag (set before the close's unlock, which our acquisition follows). A
+    /// publisher that checked the flag only before locking could pass the check, stall, and
+    /// publish after the close's pass. Loom-checked with this function (`loom_tests`).
+    #[inline]
+    pub(crate) fn try_lock_unless(
+        &self,
+        refused: impl FnOnce() -> bool,
+    ) -> Result<Option<WriterGuard<'_, T>>, Refusal> {
+        match self.try_lock() {
+            Some(_) if refused() => Err(Refusal),
+            guard => Ok(guard),
+        }
     }
 
     /// Takes the lock if it is free.
@@ -625,6 +650,50 @@ mod loom_tests {
             assert!(!trier.join().unwrap(), "got the lock from a parked holder");
             drop(parked);
             drop(guard);
+        });
+    }
+
+    /// Close against publish (guarantee 5), as `TopicInner::admit` and `wait_publishers` run
+    /// it: the closer sets its flag (AcqRel, as `Bus::close`), then passes through the lock
+    /// once; a publisher checks the flag before (as `refused`), then takes the lock with
+    /// `try_lock_unless`, asking the flag again holding it (Acquire, as `BusState::refuses`),
+    /// or, when the lock is taken, waits for it and asks again (as `admit_wait`). Nothing is
+    /// published after the closer's pass.
+    #[test]
+    fn loom_no_publish_after_the_close_passed_the_writer() {
+        loom::model(|| {
+            let lock = Arc::new(WriterLock::new(Shared::default()));
+            let closed = Arc::new(AtomicBool::new(false));
+            let publisher = {
+                let (lock, closed) = (lock.clone(), closed.clone());
+                thread::spawn(move || {
+                    if closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let refused = || closed.load(Ordering::Acquire);
+                    let guard = match lock.try_lock_unless(refused) {
+                        Ok(Some(guard)) => guard,
+                        Ok(None) => {
+                            let guard = block_on(lock.lock());
+                            if refused() {
+                                return;
+                            }
+                            guard
+                        }
+                        Err(_) => return,
+                    };
+                    let mut guard = guard;
+                    critical(&mut guard);
+                })
+            };
+            closed.swap(true, Ordering::AcqRel);
+            let at_pass = block_on(lock.lock()).count;
+            publisher.join().unwrap();
+            assert_eq!(
+                lock.try_lock().unwrap().count,
+                at_pass,
+                "published after the close passed the writer"
+            );
         });
     }
 

@@ -630,10 +630,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// everything handled: its message then reached no chained topic.)
     #[inline]
     fn admit(&self) -> Result<Option<Guard<'_, T>>, Refused> {
-        match self.writer.try_lock() {
-            Some(_) if self.state.refuses() => Err(Refused::Closed),
-            guard => Ok(guard),
-        }
+        self.writer
+            .try_lock_unless(|| self.state.refuses())
+            .map_err(|_| Refused::Closed)
     }
 
     /// `admit`, then `admit_wait` if the writer is taken: for the publishes off the hot path.
