@@ -19,7 +19,7 @@ use crate::map::TopicMap;
 use crate::progress::Progress;
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport, Unhandled};
-use crate::subscriber::{SubShared, Subscription, CURRENT_SUBSCRIBER};
+use crate::subscriber::{SubShared, Subscription};
 use crate::topic::{AnyTopic, TopicInner};
 
 /// What every topic of a bus shares (kept apart from the registry so topics do not keep it
@@ -205,9 +205,8 @@ impl BusState {
     /// an outsider here).
     #[inline]
     pub(crate) fn in_own_handler(&self) -> bool {
-        CURRENT_SUBSCRIBER
-            .try_with(|current| current.bus == std::ptr::from_ref(self) as usize)
-            .unwrap_or(false)
+        crate::subscriber::current()
+            .is_some_and(|current| current.bus == std::ptr::from_ref(self) as usize)
     }
 }
 

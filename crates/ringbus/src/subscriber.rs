@@ -18,6 +18,7 @@
 //! call that has not yielded, or the loop between two messages), and the task is reported
 //! running: it stops after that handler call (`stop_at` is lowered to 0) or at the abort.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::mem::ManuallyDrop;
@@ -43,20 +44,45 @@ use crate::parent::Parents;
 use crate::stats::{SubscriberStats, Unhandled};
 use crate::topic::AnyTopic;
 
-tokio::task_local! {
-    /// The subscriber whose task is running, so `close` called from inside a handler does
-    /// not wait for itself, and its bus lets it publish while draining (see
-    /// `BusState::refuses`).
-    pub(crate) static CURRENT_SUBSCRIBER: Current;
+thread_local! {
+    /// The subscriber whose task this thread is polling, so `close` called from inside a
+    /// handler does not wait for itself, and its bus lets it publish while draining (see
+    /// `BusState::refuses`). Set by [`Supervised`] for the length of each poll.
+    ///
+    /// A thread-local set around the poll rather than a `tokio::task_local!` scope: the
+    /// scope's future made every task 32 bytes bigger, and tokio copies a task's future
+    /// several times while it spawns and ends it (see `Stall`).
+    static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
 
-/// The value of [`CURRENT_SUBSCRIBER`].
-#[derive(Clone, Copy, Debug)]
+/// The subscriber whose task this thread is polling (inside its handler, or its loop), if any.
+#[inline]
+pub(crate) fn current() -> Option<Current> {
+    CURRENT.with(Cell::get)
+}
+
+/// A subscriber's task as [`current`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Current {
     /// The subscriber's process-unique id.
     pub(crate) id: u64,
     /// Its bus (`BusState`'s address: the task holds the state, so it stays this bus's).
     pub(crate) bus: usize,
+}
+
+/// Sets [`CURRENT`] until dropped, then puts back what was there (also when a poll unwinds).
+struct Polling(Option<Current>);
+
+impl Polling {
+    fn enter(current: Current) -> Self {
+        Self(CURRENT.with(|c| c.replace(Some(current))))
+    }
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
 }
 
 /// No unsubscribe requested.
@@ -109,10 +135,15 @@ impl<F: Future<Output = ()>> Future for Supervised<F> {
             // subscriber). It was aborted as well, which schedules this poll.
             return Poll::Ready(());
         }
+        let polling = Polling::enter(Current {
+            id: this.sub.id,
+            bus: Arc::as_ptr(&this.sub.bus) as usize,
+        });
         // The handler's calls catch their own panics (guarantee 6); this one catches the
         // rest: a tracing layer or a metrics recorder that panics while the task runs.
         // Unwind safe as asserted: a task whose poll unwound is never polled again.
         let poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.task.poll(cx)));
+        drop(polling);
         // Release: pairs with the compare-and-swap in `SubShared::stop`.
         polls.store(IDLE, Ordering::Release);
         poll.unwrap_or_else(|panic| {
@@ -1219,7 +1250,7 @@ impl Subscription {
     /// without waiting (the task cannot end while it runs the handler that waits).
     pub async fn unsubscribe(self) {
         self.sub.stop_at(self.topic.published());
-        if CURRENT_SUBSCRIBER.try_with(|current| current.id == self.sub.id) == Ok(true) {
+        if current().is_some_and(|current| current.id == self.sub.id) {
             return;
         }
         // Only the task's own panic would make this an error, and the task catches handler

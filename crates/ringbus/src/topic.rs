@@ -34,7 +34,7 @@ use crate::lock::{WriterGuard, WriterLock};
 use crate::observe::{self, TopicMetrics};
 use crate::parent::Parents;
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
-use crate::subscriber::{self, SubShared, Subscription, CURRENT_SUBSCRIBER};
+use crate::subscriber::{self, SubShared, Subscription};
 
 pub(crate) struct TopicInner<T> {
     pub(crate) name: Arc<str>,
@@ -803,13 +803,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             }
         }
         let (reader, sub) = self.join(options.name, stall_timeout, false)?;
-        let current = subscriber::Current {
-            id: sub.id,
-            bus: Arc::as_ptr(&self.state) as usize,
-        };
         let handle = runtime.spawn(subscriber::Supervised {
             sub: sub.clone(),
-            task: CURRENT_SUBSCRIBER.scope(current, task(reader, sub.clone())),
+            task: task(reader, sub.clone()),
         });
         let _ = sub.abort.set(handle.abort_handle());
         tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
