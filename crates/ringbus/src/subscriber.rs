@@ -1019,9 +1019,10 @@ enum Step {
 /// done or, where it would wait, tracing's level asks for the other copy (`traced` says which
 /// this one is). `span` makes a call's span from the subscriber and the position (an
 /// `Option<Span>`, or `()` for none), `call` runs a call to how it ended ([`Called`]) from
-/// the call, the stall timeout, `&span` and the slot for its failure, `as_span` gives the span to record a failure on. Two functions rather than one generic over a `const bool`: the
-/// plain copy's state machine then does not even hold the traced call's future (with both
-/// in it, a change to the traced one moved the plain one's cost).
+/// the call, the stall timeout, `&span` and the slot for its failure, `as_span` gives the
+/// span to record a failure on. Two functions rather than one generic over a `const bool`:
+/// the plain copy's state machine then does not even hold the traced call's future (with
+/// both in it, a change to the traced one moved the plain one's cost).
 macro_rules! handle_loop {
     (
         $(#[$doc:meta])*
