@@ -193,11 +193,18 @@ async fn unsubscribe_from_its_own_handler() {
         .unwrap();
     *own.lock().unwrap() = Some(sub);
     let witness = recording(&bus, "t", "witness");
-    for m in 0..50u64 {
-        bus.publish("t", m).await.unwrap();
-    }
-    unsubscribed.recv().await.unwrap();
-    bus.close().await;
+    // A watchdog, not a wait: an unsubscribe that waited for its own handler would hang here
+    // (a multi-thread runtime cannot pause time).
+    let ended = async {
+        for m in 0..50u64 {
+            bus.publish("t", m).await.unwrap();
+        }
+        unsubscribed.recv().await.unwrap();
+        bus.close().await;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), ended)
+        .await
+        .expect("an unsubscribe from its own handler waited for that handler");
     let got = log.snapshot();
     assert!(got.len() >= 4 && got.len() < 50, "{got:?}");
     assert!(got.iter().copied().eq(0..got.len() as u64), "{got:?}");

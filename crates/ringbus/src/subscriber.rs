@@ -62,7 +62,7 @@ pub(crate) fn current() -> Option<Current> {
 }
 
 /// A subscriber's task as [`current`] gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Current {
     /// The subscriber's process-unique id.
     pub(crate) id: u64,
