@@ -888,3 +888,43 @@ async fn a_publish_that_yielded_before_the_writer_is_refused_by_a_close_meanwhil
     close.await;
     assert_eq!(slow.log.snapshot(), [0]);
 }
+
+/// `unsubscribe` cuts at its call: a bounded close counts what a leaving subscriber owes as
+/// what was queued for it at the cut, not what was published since (issue 34). Here it owes
+/// 0..4, handles 0 and 1, and is stopped in the call on 2: 2 left, though 9 were published.
+#[tokio::test(start_paused = true)]
+async fn a_bounded_close_counts_a_leaving_subscriber_up_to_its_cut() {
+    let bus = Bus::builder().capacity(16).build();
+    let gate = Gate::closed();
+    let mut leaving = gated(&bus, "t", "leaving", &gate);
+    for m in 0..4u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    // The first poll makes the cut: it owes 0..4.
+    let mut unsubscribing = task::spawn(leaving.sub.unsubscribe());
+    assert_pending!(unsubscribing.poll());
+    // Published after the cut: not for it.
+    for m in 4..9u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    gate.release(2);
+    assert_eq!(take(&mut leaving.entered, 3).await, [0, 1, 2]);
+    let lag = bus.stats().topics[0].subscribers[0].lag;
+    assert_eq!(
+        lag, 2,
+        "the lag of a leaving subscriber counts past its cut"
+    );
+
+    let report = bus
+        .close_with(&Context::new().with_timeout(Duration::from_millis(20)))
+        .await;
+    assert!(!report.complete, "{report:?}");
+    let left: Vec<_> = report
+        .unfinished
+        .iter()
+        .map(|u| (u.subscriber.as_str(), u.messages, u.running))
+        .collect();
+    assert_eq!(left, [("leaving", 2, false)], "{report:?}");
+    unsubscribing.await;
+    assert_eq!(leaving.log.snapshot(), [0, 1]);
+}

@@ -419,7 +419,8 @@ async fn grace(stopped: &mut [(Arc<SubShared>, Unhandled)]) {
     }
 }
 
-/// How many messages each of the `stopped` subscribers has not handled: `per_topic[i]` of
+/// How many messages each of the `stopped` subscribers has not handled of what it owes (up
+/// to its `unsubscribe`'s cut, if it was leaving: `SubShared::owed`): `per_topic[i]` of
 /// them, in a row, are subscribers of `topics[i]`.
 fn left_unhandled(
     topics: &[Arc<dyn AnyTopic>],
@@ -430,12 +431,7 @@ fn left_unhandled(
     let mut left = Vec::new();
     for (topic, &n) in topics.iter().zip(per_topic) {
         let published = topic.published();
-        left.extend(
-            stopped
-                .by_ref()
-                .take(n)
-                .map(|(sub, _)| published.saturating_sub(sub.position())),
-        );
+        left.extend(stopped.by_ref().take(n).map(|(sub, _)| sub.owed(published)));
     }
     left
 }

@@ -42,7 +42,9 @@ pub struct SubscriberStats {
     pub name: String,
     /// Messages handled (whatever the handler returned).
     pub handled: u64,
-    /// Messages published for it and not yet handled.
+    /// Messages published for it and not yet handled. For a subscriber that is leaving
+    /// ([`Subscription::unsubscribe`](crate::Subscription::unsubscribe)), only those
+    /// published before the call: nothing that lands after it is for this subscriber.
     pub lag: u64,
     /// Handler calls that returned `Err`.
     pub errors: u64,
@@ -98,7 +100,9 @@ pub struct Unhandled {
     /// The subscriber's name.
     pub subscriber: String,
     /// Messages it had not handled when the report was made (a running handler's message
-    /// included).
+    /// included). For a subscriber that was leaving
+    /// ([`Subscription::unsubscribe`](crate::Subscription::unsubscribe)), only those
+    /// published before that call: what landed after was not for it.
     pub messages: u64,
     /// True if it could not be stopped: its handler was running and had not yielded (tokio
     /// aborts a task only between two polls). It takes no further message and ends when that

@@ -194,6 +194,10 @@ pub(crate) struct SubShared {
     /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
     /// `unsubscribe`, Acquire load by the task.
     stop_at: AtomicU64,
+    /// The cut of `unsubscribe` alone (`RUNNING` until called): what the subscriber owes
+    /// ends there. Kept apart from `stop_at`, which a bounded close lowers to 0 to stop the
+    /// task; its report still counts what was owed up to the cut (`owed`).
+    cut: AtomicU64,
     /// Wakes the task for `stop_at`.
     waker: AtomicWaker,
     /// Set when the task has ended (for whatever reason).
@@ -250,6 +254,7 @@ impl SubShared {
             late_replies: AtomicU64::new(0),
             duplicate_replies: AtomicU64::new(0),
             stop_at: AtomicU64::new(RUNNING),
+            cut: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
             done: Done::default(),
             abort: OnceLock::new(),
@@ -368,15 +373,31 @@ impl SubShared {
     }
 
     /// Asks the task to stop once it reaches `position`.
-    pub(crate) fn stop_at(&self, position: u64) {
+    fn stop_at(&self, position: u64) {
         self.stop_at.fetch_min(position, Ordering::AcqRel);
         self.waker.wake();
+    }
+
+    /// `unsubscribe`'s request: the subscriber owes what is before `position` (the cut), and
+    /// stops there.
+    fn cut_at(&self, position: u64) {
+        // Before `stop_at`: whoever sees the task stop at the cut sees the cut as well.
+        self.cut.fetch_min(position, Ordering::AcqRel);
+        self.stop_at(position);
     }
 
     /// The position up to which this subscriber has handled its topic.
     pub(crate) fn position(&self) -> u64 {
         // Acquire: pairs with the Release stores of `handled` in the task.
         self.start + self.handled.load(Ordering::Acquire)
+    }
+
+    /// The messages published for this subscriber (the topic's count is `published`) that it
+    /// has not handled: none past its `unsubscribe`'s cut, which the stats' lag and a bounded
+    /// close's report both count up to.
+    pub(crate) fn owed(&self, published: u64) -> u64 {
+        let cut = self.cut.load(Ordering::Acquire);
+        published.min(cut).saturating_sub(self.position())
     }
 
     pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
@@ -388,7 +409,7 @@ impl SubShared {
             lag: if detached || self.done.is_cancelled() {
                 0
             } else {
-                published.saturating_sub(self.position())
+                self.owed(published)
             },
             errors: self.errors.load(Ordering::Relaxed),
             panics: self.panics.load(Ordering::Relaxed),
@@ -988,8 +1009,7 @@ impl<T> Drop for Running<T> {
         if crashed || unwinding {
             // What was published for it (up to the writer's cursor) and not handled.
             let published = self.reader.position() + self.reader.lag();
-            self.sub
-                .count_crash(published.saturating_sub(self.sub.position()));
+            self.sub.count_crash(self.sub.owed(published));
         }
         // SAFETY: dropped here once, and `self.reader` is not used again: this is `Running`'s
         // own drop.
@@ -1250,7 +1270,7 @@ impl Subscription {
     /// Called from inside this subscriber's own handler, it makes the request and returns
     /// without waiting (the task cannot end while it runs the handler that waits).
     pub async fn unsubscribe(self) {
-        self.sub.stop_at(self.topic.published());
+        self.sub.cut_at(self.topic.published());
         if current().is_some_and(|current| current.id == self.sub.id) {
             return;
         }
