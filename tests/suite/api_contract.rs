@@ -128,3 +128,30 @@ async fn bus_stats_display_is_a_table_of_the_topics() {
     drop(release);
     bus.close().await;
 }
+
+/// A topic name of any length fits the table: a cell longer than 64 characters is cut to
+/// 64, its middle elided with `…`, so the table stays readable (issue 34: a name of more
+/// than 65,535 bytes made the padding panic, and `App` logs this table at shutdown).
+#[tokio::test]
+async fn bus_stats_display_elides_a_long_topic_name() {
+    let bus = Bus::new();
+    // Multi-byte characters: the cut falls between characters, and widths count characters.
+    let long = format!("{}{}é", "a".repeat(40_000), "é".repeat(30_000));
+    bus.publish(&long, 7u64).await.unwrap();
+    let table = bus.stats().to_string();
+    let elided = format!("{}…{}", "a".repeat(31), "é".repeat(32));
+    assert_eq!(elided.chars().count(), 64);
+    assert_eq!(
+        table,
+        format!(
+            "{:<64}  type  subscribers  published  lag  errors  panics  detached\n\
+             {elided}  u64             0          1    0       0       0         0\n",
+            "topic"
+        )
+    );
+    assert_eq!(
+        bus.stats().topics[0].name,
+        long,
+        "the stats keep the whole name"
+    );
+}

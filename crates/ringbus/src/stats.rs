@@ -114,6 +114,9 @@ pub struct Unhandled {
 /// detached subscribers summed over the topic's subscribers), then `closed` once `close` has
 /// begun. For logs and a status page; the fields are the stable interface.
 ///
+/// A cell longer than 64 characters (a long topic name or type) is cut to 64, its middle
+/// elided with `…`, so that every line stays readable; the fields keep the whole text.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -131,7 +134,7 @@ pub struct Unhandled {
 /// ```
 impl std::fmt::Display for BusStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const HEAD: [&str; 8] = [
+        const HEAD: [&str; COLUMNS] = [
             "topic",
             "type",
             "subscribers",
@@ -144,11 +147,13 @@ impl std::fmt::Display for BusStats {
         if self.topics.is_empty() {
             f.write_str("no topics\n")?;
         } else {
-            let rows: Vec<[String; 8]> = self.topics.iter().map(TopicStats::row).collect();
+            let rows: Vec<[String; COLUMNS]> = self.topics.iter().map(TopicStats::row).collect();
+            // In characters, as the padding counts them; at most `MAX_CELL` (`row` elides),
+            // so never past what a format width can be (`u16::MAX`).
             let mut widths = HEAD.map(str::len);
             for row in &rows {
                 for (width, cell) in widths.iter_mut().zip(row) {
-                    *width = (*width).max(cell.len());
+                    *width = (*width).max(cell.chars().count());
                 }
             }
             let head = HEAD.map(str::to_owned);
@@ -171,14 +176,36 @@ impl std::fmt::Display for BusStats {
     }
 }
 
+/// The columns of [`BusStats`]'s table.
+const COLUMNS: usize = 8;
+
+/// The most characters a cell of [`BusStats`]'s table shows: enough for any topic name a
+/// person reads whole, and few enough that the table stays a table.
+const MAX_CELL: usize = 64;
+
+/// `cell`, or, if it is longer than [`MAX_CELL`] characters, its first and last characters
+/// around `…`, [`MAX_CELL`] in all.
+fn elide(cell: &str) -> String {
+    let len = cell.chars().count();
+    if len <= MAX_CELL {
+        return cell.to_owned();
+    }
+    let head = (MAX_CELL - 1) / 2;
+    let tail = MAX_CELL - 1 - head;
+    let mut elided: String = cell.chars().take(head).collect();
+    elided.push('…');
+    elided.extend(cell.chars().skip(len - tail));
+    elided
+}
+
 impl TopicStats {
     /// This topic's line in [`BusStats`]'s table.
-    fn row(&self) -> [String; 8] {
+    fn row(&self) -> [String; COLUMNS] {
         let subs = &self.subscribers;
         let sum = |count: fn(&SubscriberStats) -> u64| subs.iter().map(count).sum::<u64>();
         [
-            self.name.clone(),
-            self.message_type.to_owned(),
+            elide(&self.name),
+            elide(self.message_type),
             subs.len().to_string(),
             self.published.to_string(),
             subs.iter().map(|s| s.lag).max().unwrap_or(0).to_string(),
