@@ -120,13 +120,31 @@ async fn bus_stats_display_is_a_table_of_the_topics() {
     let table = bus.stats().to_string();
     assert_eq!(
         table,
-        "topic           type                   subscribers  published  lag  errors  panics  detached\n\
-         b               alloc::string::String            1          0    0       0       0         0\n\
-         orders.created  u64                              2          3    3       3       0         0\n",
+        "topic           type                   subscribers  published  unrouted  lag  errors  panics  detached\n\
+         b               alloc::string::String            1          0         0    0       0       0         0\n\
+         orders.created  u64                              2          3         0    3       3       0         0\n",
         "\n{table}"
     );
     drop(release);
     bus.close().await;
+}
+
+/// A misspelled topic shows in the table: its publishes are counted under `unrouted`
+/// (issue 33).
+#[tokio::test]
+async fn bus_stats_display_shows_unrouted_publishes() {
+    let bus = Bus::new();
+    let _sub = bus.subscribe("orders", async |_: &u64| {}).unwrap();
+    bus.publish("order", 1u64).await.unwrap();
+    bus.publish("order", 2u64).await.unwrap();
+    bus.close().await;
+    assert_eq!(
+        bus.stats().to_string(),
+        "topic   type  subscribers  published  unrouted  lag  errors  panics  detached\n\
+         order   u64             0          2         2    0       0       0         0\n\
+         orders  u64             1          0         0    0       0       0         0\n\
+         closed\n"
+    );
 }
 
 /// A topic name of any length fits the table: a cell longer than 64 characters is cut to
@@ -144,8 +162,8 @@ async fn bus_stats_display_elides_a_long_topic_name() {
     assert_eq!(
         table,
         format!(
-            "{:<64}  type  subscribers  published  lag  errors  panics  detached\n\
-             {elided}  u64             0          1    0       0       0         0\n",
+            "{:<64}  type  subscribers  published  unrouted  lag  errors  panics  detached\n\
+             {elided}  u64             0          1         1    0       0       0         0\n",
             "topic"
         )
     );

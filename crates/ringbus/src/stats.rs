@@ -110,9 +110,10 @@ pub struct Unhandled {
     pub running: bool,
 }
 
-/// A table of the topics, one line each (the slowest subscriber's lag; errors, panics and
-/// detached subscribers summed over the topic's subscribers), then `closed` once `close` has
-/// begun. For logs and a status page; the fields are the stable interface.
+/// A table of the topics, one line each (`unrouted`: the publishes that reached nobody; the
+/// slowest subscriber's lag; errors, panics and detached subscribers summed over the topic's
+/// subscribers), then `closed` once `close` has begun. For logs and a status page; the fields
+/// are the stable interface.
 ///
 /// A cell longer than 64 characters (a long topic name or type) is cut to 64, its middle
 /// elided with `…`, so that every line stays readable; the fields keep the whole text.
@@ -123,11 +124,13 @@ pub struct Unhandled {
 /// let bus = ringbus::Bus::new();
 /// let _sub = bus.subscribe("orders", async |_: &u64| {}).unwrap();
 /// bus.publish("orders", 7u64).await.unwrap();
+/// bus.publish("order", 8u64).await.unwrap(); // a typo: no subscriber
 /// bus.close().await;
 /// assert_eq!(
 ///     bus.stats().to_string(),
-///     "topic   type  subscribers  published  lag  errors  panics  detached\n\
-///      orders  u64             1          1    0       0       0         0\n\
+///     "topic   type  subscribers  published  unrouted  lag  errors  panics  detached\n\
+///      order   u64             0          1         1    0       0       0         0\n\
+///      orders  u64             1          1         0    0       0       0         0\n\
 ///      closed\n"
 /// );
 /// # }
@@ -139,6 +142,7 @@ impl std::fmt::Display for BusStats {
             "type",
             "subscribers",
             "published",
+            "unrouted",
             "lag",
             "errors",
             "panics",
@@ -177,7 +181,7 @@ impl std::fmt::Display for BusStats {
 }
 
 /// The columns of [`BusStats`]'s table.
-const COLUMNS: usize = 8;
+const COLUMNS: usize = 9;
 
 /// The most characters a cell of [`BusStats`]'s table shows: enough for any topic name a
 /// person reads whole, and few enough that the table stays a table.
@@ -208,6 +212,7 @@ impl TopicStats {
             elide(self.message_type),
             subs.len().to_string(),
             self.published.to_string(),
+            self.unrouted.to_string(),
             subs.iter().map(|s| s.lag).max().unwrap_or(0).to_string(),
             sum(|s| s.errors).to_string(),
             sum(|s| s.panics).to_string(),
