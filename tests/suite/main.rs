@@ -16,6 +16,7 @@ mod backpressure;
 mod close;
 mod closures;
 mod delivery;
+mod errors;
 mod neighbour;
 mod no_loss;
 mod no_runtime;

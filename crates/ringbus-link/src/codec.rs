@@ -16,7 +16,10 @@ use serde::Serialize;
 use crate::ids::next_id;
 
 /// A header name or value a link cannot carry faithfully, or one reserved by the link.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `{:?}`, what `?` in `main` and `unwrap` print, leads with the message (its `Display`), then
+/// gives the fields in parentheses; `{:#?}` is the structure alone.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HeaderError {
     name: String,
     reason: &'static str,
@@ -54,6 +57,22 @@ impl fmt::Display for HeaderError {
             "header {:?} cannot be sent over NATS (nor any ringbus link): {}",
             self.name, self.reason
         )
+    }
+}
+
+impl fmt::Debug for HeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            write!(f, "{self} (")?;
+        }
+        f.debug_struct("HeaderError")
+            .field("name", &self.name)
+            .field("reason", &self.reason)
+            .finish()?;
+        if !f.alternate() {
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 
@@ -171,7 +190,10 @@ pub struct Meta {
 }
 
 /// Why a message could not be encoded or decoded.
-#[derive(Debug)]
+///
+/// `{:?}`, what `?` in `main` and `unwrap` print, is the message (its `Display`, the wrapped
+/// error's) then `(CodecError(..))`; `{:#?}` is the structure alone, with the wrapped error's
+/// `Debug`.
 pub struct CodecError(Box<dyn std::error::Error + Send + Sync>);
 
 impl CodecError {
@@ -184,6 +206,16 @@ impl CodecError {
 impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            f.debug_tuple("CodecError").field(&self.0).finish()
+        } else {
+            write!(f, "{self} (CodecError(..))")
+        }
     }
 }
 

@@ -3,7 +3,11 @@
 use std::fmt;
 
 /// Why a link could not be made or used.
-#[derive(Debug)]
+///
+/// `{:?}`, what `?` in `main` and `unwrap` print, leads with the message (its `Display`), then
+/// gives the variant and its fields in parentheses, a wrapped error as `..` (its text is in the
+/// message); `{:#?}` is the structure alone, wrapped errors included, as `#[derive(Debug)]`
+/// prints it.
 #[non_exhaustive]
 pub enum LinkError {
     /// Connecting to NATS failed (unreachable server, refused credentials, TLS).
@@ -72,6 +76,49 @@ impl fmt::Display for LinkError {
             LinkError::Bus(e) => write!(f, "the local bus refused: {e}"),
             LinkError::Closed => f.write_str("the link is closed"),
         }
+    }
+}
+
+impl fmt::Debug for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = f.alternate();
+        if !whole {
+            write!(f, "{self} (")?;
+        }
+        match self {
+            LinkError::Connect(e) if whole => f.debug_tuple("Connect").field(e).finish(),
+            LinkError::Credentials(e) if whole => f.debug_tuple("Credentials").field(e).finish(),
+            LinkError::Bus(e) if whole => f.debug_tuple("Bus").field(e).finish(),
+            LinkError::Connect(_) => f.write_str("Connect(..)"),
+            LinkError::Credentials(_) => f.write_str("Credentials(..)"),
+            LinkError::Bus(_) => f.write_str("Bus(..)"),
+            LinkError::BadSubject { what, name, reason } => f
+                .debug_struct("BadSubject")
+                .field("what", what)
+                .field("name", name)
+                .field("reason", reason)
+                .finish(),
+            LinkError::AlreadyLinked { topic, direction } => f
+                .debug_struct("AlreadyLinked")
+                .field("topic", topic)
+                .field("direction", direction)
+                .finish(),
+            LinkError::EchoLoop {
+                topic,
+                message_type,
+            } => f
+                .debug_struct("EchoLoop")
+                .field("topic", topic)
+                .field("message_type", message_type)
+                .finish(),
+            LinkError::JetStream(e) => f.debug_tuple("JetStream").field(e).finish(),
+            LinkError::Subscribe(e) => f.debug_tuple("Subscribe").field(e).finish(),
+            LinkError::Closed => f.write_str("Closed"),
+        }?;
+        if !whole {
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 

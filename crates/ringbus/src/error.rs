@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 /// Why a publish did not happen. The message always comes back, and no subscriber saw it.
 ///
-/// Its `Debug` does not require `T: Debug`. Non-exhaustive: a later release may refuse a
+/// Its `Debug` does not require `T: Debug`, and leads with the message (see [`Error`]): the
+/// refused message shows as `..`. Non-exhaustive: a later release may refuse a
 /// message for a new reason, so a `match` ends with a `_` arm; [`into_inner`](Self::into_inner)
 /// and [`message`](Self::message) give the message back whatever the variant.
 #[non_exhaustive]
@@ -60,24 +61,46 @@ impl<T> PublishError<T> {
             PublishError::NoSubscriber(m) => PublishError::NoSubscriber(f(m)),
         }
     }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            PublishError::Closed(_) => "Closed",
-            PublishError::Cancelled(_) => "Cancelled",
-            PublishError::Full(_) => "Full",
-            PublishError::TypeMismatch(..) => "TypeMismatch",
-            PublishError::NoSubscriber(_) => "NoSubscriber",
-        }
-    }
 }
 
 impl<T> fmt::Debug for PublishError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PublishError::TypeMismatch(_, e) => write!(f, "TypeMismatch(.., {e:?})"),
-            other => write!(f, "{}(..)", other.kind()),
-        }
+        message_first(f, self, |f| match self {
+            PublishError::Closed(_) => f.debug_tuple("Closed").field(&Elided).finish(),
+            PublishError::Cancelled(_) => f.debug_tuple("Cancelled").field(&Elided).finish(),
+            PublishError::Full(_) => f.debug_tuple("Full").field(&Elided).finish(),
+            PublishError::TypeMismatch(_, e) => f
+                .debug_tuple("TypeMismatch")
+                .field(&Elided)
+                .field(e)
+                .finish(),
+            PublishError::NoSubscriber(_) => f.debug_tuple("NoSubscriber").field(&Elided).finish(),
+        })
+    }
+}
+
+/// Writes the `Debug` of the bus's errors: `{:?}` (what `?` in `main` and `unwrap` print) is
+/// the error's message, then `structure` in parentheses, on one line; `{:#?}` is `structure`
+/// alone, over several lines, as `#[derive(Debug)]` would print it.
+fn message_first(
+    f: &mut fmt::Formatter<'_>,
+    message: &dyn fmt::Display,
+    structure: impl FnOnce(&mut fmt::Formatter<'_>) -> fmt::Result,
+) -> fmt::Result {
+    if f.alternate() {
+        return structure(f);
+    }
+    write!(f, "{message} (")?;
+    structure(f)?;
+    f.write_str(")")
+}
+
+/// Prints `..`: the place of a message an error gives back, which need not be `Debug`.
+struct Elided;
+
+impl fmt::Debug for Elided {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("..")
     }
 }
 
@@ -220,7 +243,27 @@ impl std::error::Error for TypeMismatch {}
 
 /// Every error of the bus, without a message attached: what `?` turns a
 /// [`PublishError`] into, and what `subscribe`, `register` and `topic` return.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// # Debug
+///
+/// `{:?}` leads with the error's message (its `Display`), then gives its structure in
+/// parentheses, so that what `?` in a `main` returning `Result<(), ringbus::Error>` prints
+/// and what `unwrap` panics with say what went wrong and how to fix it. `{:#?}` is the
+/// structure alone, as `#[derive(Debug)]` prints it. [`PublishError`] and [`RequestError`]
+/// print the same way, with `..` in place of the message they give back (so their `Debug`
+/// needs no `T: Debug`).
+///
+/// ```
+/// let e = ringbus::Error::MissingState { subscriber: "audit".into(), state: "app::Ledger" };
+/// assert_eq!(
+///     format!("{e:?}"),
+///     "subscriber \"audit\" takes a State<app::Ledger>, but no `app::Ledger` was registered: \
+///      add `.state(value)` to Bus::builder() \
+///      (MissingState { subscriber: \"audit\", state: \"app::Ledger\" })"
+/// );
+/// assert!(format!("{e:#?}").starts_with("MissingState {\n"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
     /// The bus is closed.
@@ -321,6 +364,44 @@ impl fmt::Display for Error {
     }
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        message_first(f, self, |f| match self {
+            Error::Closed => f.write_str("Closed"),
+            Error::Cancelled => f.write_str("Cancelled"),
+            Error::Full => f.write_str("Full"),
+            Error::TypeMismatch(e) => f.debug_tuple("TypeMismatch").field(e).finish(),
+            Error::NoSubscriber => f.write_str("NoSubscriber"),
+            Error::NoRuntime => f.write_str("NoRuntime"),
+            Error::NoTimer => f.write_str("NoTimer"),
+            Error::CapacityMismatch {
+                topic,
+                capacity,
+                requested,
+            } => f
+                .debug_struct("CapacityMismatch")
+                .field("topic", &&**topic)
+                .field("capacity", capacity)
+                .field("requested", requested)
+                .finish(),
+            Error::MissingState { subscriber, state } => f
+                .debug_struct("MissingState")
+                .field("subscriber", subscriber)
+                .field("state", state)
+                .finish(),
+            Error::Hook(message) => f.debug_tuple("Hook").field(message).finish(),
+            Error::Unsupported(what) => f.debug_tuple("Unsupported").field(what).finish(),
+            Error::TooManySubscribers { topic, max } => f
+                .debug_struct("TooManySubscribers")
+                .field("topic", &&**topic)
+                .field("max", max)
+                .finish(),
+            Error::NoResponders => f.write_str("NoResponders"),
+            Error::ReplyFailed(text) => f.debug_tuple("ReplyFailed").field(text).finish(),
+        })
+    }
+}
+
 impl std::error::Error for Error {}
 
 impl<T> From<PublishError<T>> for Error {
@@ -341,7 +422,7 @@ impl<T> From<PublishError<T>> for Error {
 /// `Timeout` / `Cancelled` with `Some`); once it was sent, handlers have borrowed it in
 /// place and it stays in the topic, so the error carries nothing (`None`).
 /// [`into_message`](Self::into_message) takes it back whatever the variant. Its `Debug`
-/// does not require `T: Debug`. Non-exhaustive: a `match` ends with a `_` arm.
+/// does not require `T: Debug`, and leads with the message (see [`Error`]). Non-exhaustive: a `match` ends with a `_` arm.
 #[non_exhaustive]
 pub enum RequestError<T> {
     /// The topic has no subscriber: the request was not sent.
@@ -397,15 +478,15 @@ impl<T> RequestError<T> {
 
 impl<T> fmt::Debug for RequestError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let sent = |m: &Option<T>| if m.is_some() { "(Some(..))" } else { "(None)" };
-        match self {
-            RequestError::NoResponders(_) => f.write_str("NoResponders(..)"),
+        let sent = |m: &Option<T>| m.as_ref().map(|_| Elided);
+        message_first(f, self, |f| match self {
+            RequestError::NoResponders(_) => f.debug_tuple("NoResponders").field(&Elided).finish(),
             RequestError::Unanswered => f.write_str("Unanswered"),
-            RequestError::Timeout(m) => write!(f, "Timeout{}", sent(m)),
-            RequestError::Cancelled(m) => write!(f, "Cancelled{}", sent(m)),
+            RequestError::Timeout(m) => f.debug_tuple("Timeout").field(&sent(m)).finish(),
+            RequestError::Cancelled(m) => f.debug_tuple("Cancelled").field(&sent(m)).finish(),
             RequestError::Failed(text) => f.debug_tuple("Failed").field(text).finish(),
-            RequestError::Closed(_) => f.write_str("Closed(..)"),
-        }
+            RequestError::Closed(_) => f.debug_tuple("Closed").field(&Elided).finish(),
+        })
     }
 }
 
