@@ -41,7 +41,12 @@ fn the_debug_of_every_bus_error_leads_with_its_message() {
         (Error::Cancelled, "Cancelled"),
         (Error::Full, "Full"),
         (Error::TypeMismatch(mismatch()), "TypeMismatch"),
-        (Error::NoSubscriber, "NoSubscriber"),
+        (
+            Error::NoSubscriber {
+                topic: Arc::from("ordrs"),
+            },
+            "NoSubscriber",
+        ),
         (Error::NoRuntime, "NoRuntime"),
         (Error::NoTimer, "NoTimer"),
         (
@@ -100,7 +105,10 @@ fn the_debug_of_every_publish_error_leads_with_its_message_without_the_message_b
             PublishError::TypeMismatch(Order, mismatch()),
             "TypeMismatch",
         ),
-        (PublishError::NoSubscriber(Order), "NoSubscriber"),
+        (
+            PublishError::NoSubscriber(Order, Arc::from("ordrs")),
+            "NoSubscriber",
+        ),
     ];
     for (e, variant) in errors {
         assert_message_first(format!("{e:?}"), format!("{e:#?}"), e.to_string(), variant);

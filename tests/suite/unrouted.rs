@@ -1,6 +1,7 @@
 //! No silent drops: a publish to a topic with no subscriber is counted per topic
-//! (`TopicStats::unrouted`) and logged once per topic at `debug`; on a strict bus it is refused
-//! with `PublishError::NoSubscriber`, which gives the message back.
+//! (`TopicStats::unrouted`) and logged once per topic at `warn` (a misspelled topic shows); on a
+//! strict bus it is refused with `PublishError::NoSubscriber`, which names the topic and gives
+//! the message back.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,27 +45,45 @@ async fn a_publish_with_no_subscriber_is_counted_per_topic() {
 async fn a_strict_bus_refuses_a_publish_with_no_subscriber_and_gives_the_message_back() {
     let bus = Bus::builder().strict(true).build();
     match bus.publish("ordrs", 1u64).await {
-        Err(PublishError::NoSubscriber(back)) => assert_eq!(back, 1),
+        Err(PublishError::NoSubscriber(back, topic)) => assert_eq!((back, &*topic), (1, "ordrs")),
         other => panic!("expected NoSubscriber, got {other:?}"),
     }
     match bus.try_publish("ordrs", 2u64) {
-        Err(e @ PublishError::NoSubscriber(_)) => {
-            assert!(e.to_string().contains("no subscriber"), "{e}");
+        Err(e @ PublishError::NoSubscriber(..)) => {
             assert_eq!(
-                Error::from(PublishError::NoSubscriber(())),
-                Error::NoSubscriber
+                e.to_string(),
+                "topic \"ordrs\" has no subscriber (strict bus); the message was not published"
+            );
+            assert!(
+                format!("{e:?}").ends_with("(NoSubscriber(.., \"ordrs\"))"),
+                "{e:?}"
             );
             assert_eq!(e.into_inner(), 2);
         }
         other => panic!("expected NoSubscriber, got {other:?}"),
     }
     match bus.publish_batch("ordrs", vec![3u64, 4]).await {
-        Err(PublishError::NoSubscriber(rest)) => assert_eq!(rest.collect::<Vec<_>>(), [3, 4]),
+        Err(PublishError::NoSubscriber(rest, topic)) => {
+            assert_eq!((rest.collect::<Vec<_>>(), &*topic), (vec![3, 4], "ordrs"));
+        }
         other => panic!("expected NoSubscriber, got {other:?}"),
     }
+    // What `?` makes of it names the topic too.
+    let e = Error::from(bus.publish("ordrs", 0u64).await.unwrap_err());
+    assert_eq!(
+        e,
+        Error::NoSubscriber {
+            topic: Arc::from("ordrs")
+        }
+    );
+    assert!(
+        e.to_string()
+            .starts_with("topic \"ordrs\" has no subscriber"),
+        "{e}"
+    );
     let typed = bus.topic::<u64>("ordrs").unwrap();
     match typed.publish_tracked(&Context::new(), 5).await {
-        Err(PublishError::NoSubscriber(back)) => assert_eq!(back, 5),
+        Err(PublishError::NoSubscriber(back, topic)) => assert_eq!((back, &*topic), (5, "ordrs")),
         other => panic!("expected NoSubscriber, got {:?}", other.map(|_| ())),
     }
     let ordrs = topic(&bus, "ordrs");
@@ -90,8 +109,9 @@ async fn a_strict_bus_refuses_a_publish_with_no_subscriber_and_gives_the_message
     bus.close().await;
 }
 
-/// Counts the bus's "no subscriber" events, per thread (installed with `with_default` on a
-/// current-thread runtime, where the publishes run).
+/// Counts the bus's "no subscriber" warnings that name their topic and say how to refuse such
+/// publishes, per thread (installed with `with_default` on a current-thread runtime, where the
+/// publishes run).
 struct Events(Arc<AtomicUsize>);
 
 impl tracing::Subscriber for Events {
@@ -108,13 +128,20 @@ impl tracing::Subscriber for Events {
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 if field.name() == "message" {
-                    self.0 |= format!("{value:?}").contains("no subscriber");
+                    let text = format!("{value:?}");
+                    self.0 |= text.contains("no subscriber")
+                        && (text.contains("topic \"a\"") || text.contains("topic \"b\""))
+                        && text.contains("Bus::builder().strict(true)");
                 }
             }
         }
         let mut message = Message(false);
         event.record(&mut message);
-        if message.0 && *event.metadata().level() == tracing::Level::DEBUG {
+        let meta = event.metadata();
+        if message.0
+            && *meta.level() == tracing::Level::WARN
+            && meta.target() == "ringbus::unrouted"
+        {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -123,7 +150,7 @@ impl tracing::Subscriber for Events {
 }
 
 #[test]
-fn an_unrouted_topic_is_logged_once_at_debug() {
+fn an_unrouted_topic_is_warned_of_once() {
     let logged = Arc::new(AtomicUsize::new(0));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

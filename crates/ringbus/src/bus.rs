@@ -103,8 +103,8 @@ struct Inner {
 ///    publish that had returned `Ok` by then), and nothing that lands after it, even from a
 ///    publish that began before (say, one waiting for room).
 ///    One published when the topic had no subscriber reaches nobody: it is counted in
-///    [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic, or
-///    refused with the message back on a [strict](BusBuilder::strict) bus.
+///    [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic at
+///    `warn`, or refused with the message back on a [strict](BusBuilder::strict) bus.
 /// 3. **All or nothing.** A failed, cancelled or dropped publish reached no subscriber; an
 ///    error gives the message back.
 /// 4. **Backpressure.** `publish` waits while the slowest subscriber's queue is full;
@@ -303,13 +303,16 @@ impl BusBuilder {
     }
 
     /// Strict routing: a publish to a topic that has no subscriber is refused with
-    /// [`PublishError::NoSubscriber`], which gives the message back, instead of being
-    /// accepted for nobody. Off by default: such a message is accepted, counted in the topic's
-    /// [`unrouted`](crate::TopicStats::unrouted) and logged once per topic at `debug` level.
+    /// [`PublishError::NoSubscriber`], which names the topic and gives the message back,
+    /// instead of being accepted for nobody. Off by default: such a message is accepted,
+    /// counted in the topic's [`unrouted`](crate::TopicStats::unrouted) and logged once per
+    /// topic at `warn` level (the event's target is `ringbus::unrouted`).
     ///
     /// Strict mode catches a misspelled topic name at the first publish. It suits buses whose
     /// subscribers are registered before anything is published; a bus whose subscribers come
-    /// and go, where a message for nobody is normal, keeps the default.
+    /// and go, where a message for nobody is normal, keeps the default and may silence the
+    /// warning by filtering out its target (`RUST_LOG=warn,ringbus::unrouted=off` with
+    /// `tracing_subscriber`'s `EnvFilter`).
     ///
     /// ```
     /// use ringbus::{Bus, PublishError};
@@ -319,7 +322,9 @@ impl BusBuilder {
     /// let _orders = bus.subscribe("orders", async |id: &u64| println!("order {id}"))?;
     /// bus.publish("orders", 1u64).await?;
     /// match bus.publish("ordrs", 2u64).await {
-    ///     Err(PublishError::NoSubscriber(back)) => assert_eq!(back, 2), // the typo, caught
+    ///     Err(PublishError::NoSubscriber(back, topic)) => {
+    ///         assert_eq!((back, &*topic), (2, "ordrs")); // the typo, caught
+    ///     }
     ///     other => panic!("{other:?}"),
     /// }
     /// # bus.close().await;

@@ -22,10 +22,12 @@ pub enum PublishError<T> {
     Full(T),
     /// The topic carries another message type.
     TypeMismatch(T, TypeMismatch),
-    /// The topic has no subscriber, and the bus is [strict](crate::BusBuilder::strict): the
-    /// message would have reached nobody. (Without strict mode it is accepted and counted in
-    /// [`TopicStats::unrouted`](crate::TopicStats::unrouted).)
-    NoSubscriber(T),
+    /// The topic (named by the second field) has no subscriber, and the bus is
+    /// [strict](crate::BusBuilder::strict): the message would have reached nobody. (Without
+    /// strict mode it is accepted, counted in
+    /// [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic at
+    /// `warn`.)
+    NoSubscriber(T, Arc<str>),
 }
 
 impl<T> PublishError<T> {
@@ -35,7 +37,7 @@ impl<T> PublishError<T> {
             PublishError::Closed(m)
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
-            | PublishError::NoSubscriber(m)
+            | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _) => m,
         }
     }
@@ -46,7 +48,7 @@ impl<T> PublishError<T> {
             PublishError::Closed(m)
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
-            | PublishError::NoSubscriber(m)
+            | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _) => m,
         }
     }
@@ -58,7 +60,7 @@ impl<T> PublishError<T> {
             PublishError::Cancelled(m) => PublishError::Cancelled(f(m)),
             PublishError::Full(m) => PublishError::Full(f(m)),
             PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
-            PublishError::NoSubscriber(m) => PublishError::NoSubscriber(f(m)),
+            PublishError::NoSubscriber(m, topic) => PublishError::NoSubscriber(f(m), topic),
         }
     }
 }
@@ -74,7 +76,11 @@ impl<T> fmt::Debug for PublishError<T> {
                 .field(&Elided)
                 .field(e)
                 .finish(),
-            PublishError::NoSubscriber(_) => f.debug_tuple("NoSubscriber").field(&Elided).finish(),
+            PublishError::NoSubscriber(_, topic) => f
+                .debug_tuple("NoSubscriber")
+                .field(&Elided)
+                .field(&&**topic)
+                .finish(),
         })
     }
 }
@@ -117,8 +123,10 @@ impl<T> fmt::Display for PublishError<T> {
                 f.write_str("the topic is full (its slowest subscriber has a full queue)")
             }
             PublishError::TypeMismatch(_, e) => e.fmt(f),
-            PublishError::NoSubscriber(_) => f.write_str(
-                "the topic has no subscriber (strict bus); the message was not published",
+            PublishError::NoSubscriber(_, topic) => write!(
+                f,
+                "topic \"{topic}\" has no subscriber (strict bus); the message was not \
+                 published"
             ),
         }
     }
@@ -275,7 +283,10 @@ pub enum Error {
     /// A topic was used with the wrong message type.
     TypeMismatch(TypeMismatch),
     /// A strict bus refused a publish to a topic with no subscriber.
-    NoSubscriber,
+    NoSubscriber {
+        /// The topic.
+        topic: Arc<str>,
+    },
     /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
     /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
     NoRuntime,
@@ -325,9 +336,10 @@ impl fmt::Display for Error {
             Error::Cancelled => f.write_str("the publish was cancelled by its context"),
             Error::Full => f.write_str("the topic is full"),
             Error::TypeMismatch(e) => e.fmt(f),
-            Error::NoSubscriber => {
-                f.write_str("the topic has no subscriber (strict bus); nothing was published")
-            }
+            Error::NoSubscriber { topic } => write!(
+                f,
+                "topic \"{topic}\" has no subscriber (strict bus); nothing was published"
+            ),
             Error::NoRuntime => f.write_str(
                 "no tokio runtime is reachable: subscribe from inside a tokio runtime \
                  (#[tokio::main], a spawned task, or Runtime::enter)",
@@ -371,7 +383,10 @@ impl fmt::Debug for Error {
             Error::Cancelled => f.write_str("Cancelled"),
             Error::Full => f.write_str("Full"),
             Error::TypeMismatch(e) => f.debug_tuple("TypeMismatch").field(e).finish(),
-            Error::NoSubscriber => f.write_str("NoSubscriber"),
+            Error::NoSubscriber { topic } => f
+                .debug_struct("NoSubscriber")
+                .field("topic", &&**topic)
+                .finish(),
             Error::NoRuntime => f.write_str("NoRuntime"),
             Error::NoTimer => f.write_str("NoTimer"),
             Error::CapacityMismatch {
@@ -411,7 +426,7 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::Cancelled(_) => Error::Cancelled,
             PublishError::Full(_) => Error::Full,
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
-            PublishError::NoSubscriber(_) => Error::NoSubscriber,
+            PublishError::NoSubscriber(_, topic) => Error::NoSubscriber { topic },
         }
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! **The bus reports through [`tracing`](https://docs.rs/tracing) events and prints
 //! nothing itself**: a handler's error or panic, a detached stalled subscriber, a publish to
-//! a topic with no subscriber (once per topic, at `debug`), what a bounded close left
+//! a topic with no subscriber (once per topic, at `warn`), what a bounded close left
 //! unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to see them; the
 //! counts are in [`Bus::stats`].
 //!

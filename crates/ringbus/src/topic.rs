@@ -54,7 +54,7 @@ pub(crate) struct TopicInner<T> {
     /// Messages published while the topic had no subscriber (they reach nobody). Written
     /// under the writer lock, read by `stats`: Relaxed, it is a counter.
     unrouted: AtomicU64,
-    /// Set by the first unrouted publish, which logs it: once per topic.
+    /// Set by the first unrouted publish, which logs it (a `warn` event): once per topic.
     unrouted_logged: AtomicBool,
     /// Its metric handles (feature `metrics`; nothing without it).
     metrics: TopicMetrics,
@@ -113,23 +113,36 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// A publish of `n` messages found no subscriber: refused with the message back in strict
-    /// mode, else counted (and logged, once per topic) and let through. Off the hot path.
+    /// mode, else counted (and logged at `warn`, once per topic: most often the topic's name
+    /// is misspelled) and let through. Off the hot path.
     #[cold]
     #[inline(never)]
     fn unrouted<M>(&self, msgs: M, n: u64) -> Result<M, PublishError<M>> {
         if self.state.strict {
-            return Err(PublishError::NoSubscriber(msgs));
+            return Err(self.no_subscriber(msgs));
         }
         self.unrouted.fetch_add(n, Ordering::Relaxed);
         self.metrics.unrouted(n);
         if !self.unrouted_logged.swap(true, Ordering::Relaxed) {
-            tracing::debug!(
+            tracing::warn!(
+                target: "ringbus::unrouted",
                 topic = %self.name,
-                "ringbus: a message was published to a topic with no subscriber; nobody \
-                 handles it (counted in stats().topics[..].unrouted; logged once per topic)"
+                "ringbus: a message was published to topic \"{}\", which has no subscriber: \
+                 nobody handles it (a misspelled topic?). Counted in \
+                 stats().topics[..].unrouted; logged once per topic. Subscribe to the topic, \
+                 or refuse such publishes with Bus::builder().strict(true); to silence this \
+                 warning, filter out its target, `ringbus::unrouted` \
+                 (RUST_LOG=warn,ringbus::unrouted=off)",
+                self.name
             );
         }
         Ok(msgs)
+    }
+
+    /// What a strict bus says of a publish to this topic while it has no subscriber.
+    #[cold]
+    fn no_subscriber<M>(&self, msgs: M) -> PublishError<M> {
+        PublishError::NoSubscriber(msgs, self.name.clone())
     }
 
     /// An unrouted publish is visible: wakes `close` and `wait_idle` to look again. Their
@@ -539,7 +552,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 // published while nobody subscribes is counted.
                 let unrouted = self.unrouted_now();
                 if unrouted && self.state.strict {
-                    return Err(PublishError::NoSubscriber(msgs));
+                    return Err(self.no_subscriber(msgs));
                 }
                 let room = writer.remaining() as u64;
                 if room > 0 {
