@@ -928,3 +928,38 @@ async fn a_bounded_close_counts_a_leaving_subscriber_up_to_its_cut() {
     unsubscribing.await;
     assert_eq!(leaving.log.snapshot(), [0, 1]);
 }
+
+/// A handler that blocks its thread (`std::thread::sleep`) on a `current_thread` runtime
+/// holds up every other task of that runtime, the close among them: the close's deadline
+/// passes while the handler blocks, and the close can look only once the handler has
+/// returned (issue 33). Its report says what is true then: here every message was handled,
+/// so the drain is complete. It said `complete: false` with no subscriber listed ("not
+/// drained: no subscriber listed"), which no reader can act on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_bounded_close_held_up_by_a_blocking_handler_reports_what_is_true_then() {
+    let bus = Bus::builder().capacity(8).build();
+    let blocking = bus
+        .subscribe_with("t", SubscribeOptions::new().name("blocking"), |_: &u64| {
+            std::thread::sleep(Duration::from_millis(50));
+            std::future::ready(())
+        })
+        .unwrap();
+    for m in 0..4u64 {
+        bus.publish("t", m).await.unwrap();
+    }
+    // The four calls take 200 ms, all in the subscriber's first poll: the close's 20 ms
+    // pass meanwhile.
+    let report = bus
+        .close_with(&Context::new().with_timeout(Duration::from_millis(20)))
+        .await;
+    assert_eq!(blocking.stats().handled, 4);
+    assert!(
+        report.complete && report.unfinished.is_empty(),
+        "{report:?}: {report}"
+    );
+    assert_eq!(
+        report.to_string(),
+        "drained: every accepted message was handled\n"
+    );
+    assert!(blocking.is_finished());
+}

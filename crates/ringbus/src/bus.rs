@@ -294,9 +294,10 @@ impl BusBuilder {
     }
 
     /// A default stall timeout for every subscriber (see
-    /// [`SubscribeOptions::stall_timeout`]). Off by default: slow subscribers make
-    /// publishers wait. Timing it needs the tokio runtime's time driver: subscribing on a
-    /// runtime without one is then [`Error::NoTimer`].
+    /// [`SubscribeOptions::stall_timeout`], which says what it cannot detach: a handler that
+    /// blocks its thread). Off by default: slow subscribers make publishers wait. Timing it
+    /// needs the tokio runtime's time driver: subscribing on a runtime without one is then
+    /// [`Error::NoTimer`].
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self
@@ -865,6 +866,13 @@ impl Bus {
     /// and ends when that handler call returns (or at its next yield). Every other one is
     /// stopped before this returns: it runs no handler again.
     ///
+    /// A handler that blocks its thread (`std::thread::sleep`, blocking I/O, a long
+    /// computation) holds up every task of its worker, and on a `current_thread` runtime every
+    /// task of the runtime: a close that runs there (or waits on its timer) cannot look
+    /// before the handler returns, however early `ctx` ends. It then reports what is true
+    /// when it looks: what each subscriber still owes, and [`complete`](CloseReport::complete)
+    /// if that is nothing. Run blocking work with [`tokio::task::spawn_blocking`].
+    ///
     /// A subscriber whose task panicked outside a handler call (a tracing layer or a metrics
     /// recorder that panics: a handler's own panic is caught) ended with messages it never
     /// handled: it is listed, with `running` false, and the report is not `complete`.
@@ -933,13 +941,23 @@ impl Bus {
             })
             .collect();
         unfinished.extend(crashed.into_iter().map(|(_, u)| u));
-        tracing::warn!(
-            unfinished = unfinished.len(),
-            still_running = unfinished.iter().filter(|u| u.running).count(),
-            "ringbus close ended by its context before the drain finished"
-        );
+        // Nothing left and nothing running: the drain reached its end after all, as the
+        // context ended (every subscriber had handled what it owed; the stop ended tasks that
+        // had yet to see their closed ring). So it goes when a handler that blocks its thread
+        // holds the close up past its deadline: on that thread (a `current_thread` runtime)
+        // the close looks only once the handler has returned.
+        let complete = unfinished.is_empty();
+        if complete {
+            tracing::debug!("ringbus close: its context ended as the drain finished");
+        } else {
+            tracing::warn!(
+                unfinished = unfinished.len(),
+                still_running = unfinished.iter().filter(|u| u.running).count(),
+                "ringbus close ended by its context before the drain finished"
+            );
+        }
         CloseReport {
-            complete: false,
+            complete,
             unfinished,
         }
     }

@@ -390,6 +390,13 @@ impl SubscribeOptions {
     /// publishers stop waiting for it), a `tracing` warning logged and the detach counted.
     /// Without it (the default), a slow subscriber makes publishers wait: no message is lost.
     ///
+    /// It detaches a handler that waits (its future is pending), not one that blocks its
+    /// thread (`std::thread::sleep`, blocking I/O, a long computation without an `.await`):
+    /// such a handler never yields, so neither the timer nor anything else on its worker runs
+    /// until it returns (on a `current_thread` runtime, nothing at all). Run blocking work
+    /// with [`tokio::task::spawn_blocking`] and await its handle: the handler then waits, and
+    /// the timeout applies.
+    ///
     /// It runs on tokio's timer: on a runtime built without its time driver, subscribing
     /// with it is [`Error::NoTimer`](crate::Error::NoTimer).
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {

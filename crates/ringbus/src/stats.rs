@@ -83,7 +83,8 @@ pub struct SubscriberStats {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CloseReport {
-    /// True when every accepted message was handled and every task finished.
+    /// True when every accepted message was handled and every task finished (or, stopped by
+    /// the close, had nothing left to handle).
     pub complete: bool,
     /// The subscribers that had messages left unhandled: stopped (they run no handler
     /// again), or, where [`Unhandled::running`], still in a handler call that had not
