@@ -82,7 +82,7 @@ async fn main() -> Result<(), ringbus::Error> {
     let _bookkeeping = bus.register(bookkeeping)?;
 
     // A burst of orders through a resolved topic handle (no lookup per publish). A few orders
-    // are free, and billing declines them: each decline is logged (a `tracing` error event,
+    // are free, and billing declines them: each decline is logged (a `tracing` warn event,
     // printed by the subscriber installed above) and counted in the stats.
     let orders = bus.topic::<Order>("orders")?;
     let started = Instant::now();

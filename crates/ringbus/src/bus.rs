@@ -115,7 +115,10 @@ struct Inner {
 /// 6. **Failures stay local.** A handler's `Err` or panic is logged and counted; the
 ///    subscriber goes on (after retrying the message first, if it has a
 ///    [retry policy](SubscribeOptions::retry), and publishing it to its
-///    [dead-letter topic](SubscribeOptions::dead_letter), if it has one).
+///    [dead-letter topic](SubscribeOptions::dead_letter), if it has one). A panic is reported
+///    twice: first Rust's panic message, by the application's panic hook as any panic is
+///    (with its backtrace if `RUST_BACKTRACE` is set; the bus installs no hook), then the
+///    bus's `error` event naming the topic and the subscriber.
 /// 7. **Types are checked.** A topic carries one type; any other is an `Err` naming the topic
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
@@ -699,7 +702,11 @@ impl Bus {
     /// - `async |msg: &T| ...`: an async closure (Rust 1.85); its future may borrow `msg`,
     ///   across awaits too. It may capture `Copy` values (`move`), but not state it uses by
     ///   reference: the compiler then says "async closure does not implement `Fn` because it
-    ///   captures state from its environment". For state, use the next two forms.
+    ///   captures state from its environment". Nor may it borrow a local of the function that
+    ///   subscribes, as the subscriber is a task that outlives it: the compiler then says
+    ///   (E0597) "`x` does not live long enough" and "argument requires that `x` is borrowed
+    ///   for `'static`", `x` being the local. For state, use the next two forms:
+    ///   [`with_state`](crate::with_state) lends it to each call.
     /// - [`with_state`](crate::with_state)`(state, async |state: &S, msg: &T| ...)`: the state
     ///   is lent to each call, with the message.
     /// - `|msg: &T| { let x = ..copy out of msg..; async move { ... } }`: a closure that returns

@@ -13,15 +13,15 @@ use crate::time::sleep_until;
 ///
 /// The counterpart of the `ctx` in Go's `Publish(ctx, ...)`. [`Context::new`] never cancels.
 /// A context built from a [`CancellationToken`] lets a service's existing shutdown tree cancel
-/// publishes. Dropping a publish future cancels it as well, without any context.
+/// publishes (the bus re-exports `tokio_util`'s as `ringbus::CancellationToken`, so no
+/// dependency on `tokio_util` is needed for it). Dropping a publish future cancels it as well, without any context.
 ///
 /// Deadlines use tokio's timer inside a runtime, and a helper thread outside any runtime or
 /// in a runtime built without its time driver (so a deadline never panics).
 ///
 /// ```
 /// use std::time::Duration;
-/// use ringbus::Context;
-/// use tokio_util::sync::CancellationToken;
+/// use ringbus::{CancellationToken, Context};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let shutdown = CancellationToken::new();

@@ -96,7 +96,9 @@ impl<E: fmt::Display + Send + Sync + 'static> HandlerOutput for Result<(), E> {
 )]
 pub trait Handler<T>: Send + Sync + 'static {
     /// Handles `msg`. An `Err` or a panic (in `call` itself or in the future it returns) is
-    /// logged and counted; the subscriber goes on with the next message.
+    /// logged and counted; the subscriber goes on with the next message. A panic is reported
+    /// twice: by the application's panic hook (Rust's panic message, and its backtrace if
+    /// `RUST_BACKTRACE` is set), then by the bus's `error` event.
     fn call<'a>(&'a self, msg: &'a T)
         -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
 }

@@ -7,10 +7,12 @@
 //! error; [`Bus::close`] refuses new messages and returns once every queued one was handled.
 //!
 //! **The bus reports through [`tracing`](https://docs.rs/tracing) events and prints
-//! nothing itself**: a handler's error or panic, a detached stalled subscriber, a publish to
-//! a topic with no subscriber (once per topic, at `warn`), what a bounded close left
-//! unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to see them; the
-//! counts are in [`Bus::stats`].
+//! nothing itself**: a handler's error (`warn`) or panic (`error`), a detached stalled
+//! subscriber, a publish to a topic with no subscriber (once per topic, at `warn`), what a
+//! bounded close left unhandled. Install a subscriber (`tracing_subscriber::fmt::init()`) to
+//! see them; the counts are in [`Bus::stats`]. A handler that panics is reported twice: Rust's
+//! panic message comes first, printed by the application's panic hook (with its backtrace if
+//! `RUST_BACKTRACE` is set) as for any panic, then the bus's `error` event.
 //!
 //! # Observability
 //!
@@ -70,7 +72,10 @@
 //! - [`Bus`] (and [`BusBuilder`]): topics by name; `publish`, `publish_with`, `try_publish`,
 //!   `publish_batch`, `subscribe`, `subscribe_batch`, `register`, `stream`, `close`,
 //!   `wait_idle`, `stats`.
-//! - [`Topic`]: a resolved, typed topic handle.
+//! - [`Topic`]: a resolved, typed topic handle; its [`publish_tracked`](Topic::publish_tracked)
+//!   returns a [`Delivery`], a receipt whose `wait` says once every subscriber has handled the
+//!   message, and how many failed on it ([`Delivered`]): to acknowledge a message upstream only
+//!   once it was handled, as a bridge does.
 //! - [`App`]: runs the bus as a service (handlers, hooks, Ctrl-C / SIGTERM, bounded drain).
 //! - [`subscriber`]: the attribute that turns an `async fn(&Msg)` into a handler;
 //!   [`State`]: shared values for handlers.
