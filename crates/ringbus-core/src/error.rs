@@ -137,6 +137,63 @@ impl From<ReserveError> for TryReserveError {
     }
 }
 
+/// The slots of a ring could not be allocated: what
+/// [`Builder::try_build`](crate::Builder::try_build) and its kin return where `build` panics.
+///
+/// The slots of a ring of `capacity` (rounded up to a power of two) take `bytes`: a capacity
+/// whose rounding overflows `usize`, slots past `isize::MAX` bytes (the most any allocation
+/// may be), or slots the allocator refuses (more than the machine has, or than the process
+/// may map) cannot be had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AllocError {
+    /// The capacity asked for, before rounding.
+    pub capacity: usize,
+    /// The bytes its slots take: the slots (the capacity rounded up to a power of two) times
+    /// the size of one item. A `u128`: it may be past `usize::MAX`.
+    pub bytes: u128,
+}
+
+impl AllocError {
+    /// The error of a ring of `capacity` slots of `T`.
+    pub(crate) fn new<T>(capacity: usize) -> Self {
+        // At most 2^64 slots of at most 2^63 bytes: within a `u128`.
+        let slots = (capacity.max(1) as u128).next_power_of_two();
+        Self {
+            capacity,
+            bytes: slots * std::mem::size_of::<T>() as u128,
+        }
+    }
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let capacity = self.capacity;
+        if capacity.max(1).checked_next_power_of_two().is_none() {
+            write!(
+                f,
+                "a ring of capacity {capacity} cannot be made: rounded up to a power of two, \
+                 it is past usize::MAX"
+            )
+        } else if self.bytes > isize::MAX as u128 {
+            write!(
+                f,
+                "a ring of capacity {capacity} takes {} bytes, more than any allocation may \
+                 (isize::MAX bytes)",
+                self.bytes
+            )
+        } else {
+            write!(
+                f,
+                "a ring of capacity {capacity} takes {} bytes, which could not be allocated",
+                self.bytes
+            )
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
 /// A reader could not join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JoinError {

@@ -38,7 +38,7 @@
 //! - [`Reader`]: `recv` ([`ReadGuard`], `&T` in place), `recv_batch` ([`Batch`], two slices),
 //!   `try_*`, `blocking_*`, and `Stream` for `T: Clone`.
 //! - Errors: [`Full`] (gives the value back), [`Closed`], [`TryRecvError`], [`TooLarge`],
-//!   [`TryReserveError`], [`JoinError`].
+//!   [`TryReserveError`], [`JoinError`], [`AllocError`] (the `try_build*` of [`Builder`]).
 //!
 //! # Guarantees
 //!
@@ -69,7 +69,9 @@ mod loom_tests;
 
 #[cfg(not(ringbus_loom))]
 pub use blocking::block_on;
-pub use error::{Closed, Full, JoinError, ReserveError, TooLarge, TryRecvError, TryReserveError};
+pub use error::{
+    AllocError, Closed, Full, JoinError, ReserveError, TooLarge, TryRecvError, TryReserveError,
+};
 pub use reader::{Batch, ReadGuard, Reader, Recv, RecvBatch};
 pub use stage::Stage;
 pub use writer::{Publish, Ready, Reservation, Writer};
@@ -156,21 +158,33 @@ impl Builder {
         self
     }
 
-    fn capacity(&self) -> usize {
-        self.capacity
-            .max(1)
-            .checked_next_power_of_two()
-            .unwrap_or_else(|| panic!("ring capacity {} is too large", self.capacity))
-    }
-
     /// Builds a ring whose slots start as `T::default()`.
     ///
     /// # Panics
     ///
-    /// If the capacity rounded up to a power of two overflows `usize` (allocation of the slots
-    /// would fail anyway).
+    /// If the slots cannot be allocated: the capacity rounded up to a power of two overflows
+    /// `usize`, the slots would take more than `isize::MAX` bytes, or the allocator refuses
+    /// them. [`try_build`](Self::try_build) returns that as an [`AllocError`] instead.
+    #[track_caller]
     pub fn build<T: Default>(self) -> (Writer<T>, Stage<T>) {
         self.build_with(T::default)
+    }
+
+    /// [`build`](Self::build), or an [`AllocError`] if the slots cannot be allocated (where
+    /// `build` panics).
+    ///
+    /// ```
+    /// use ringbus_core::Builder;
+    ///
+    /// let (writer, _stage) = Builder::new(1024).try_build::<u64>()?;
+    /// assert_eq!(writer.capacity(), 1024);
+    /// // 2^62 slots of 8 bytes: past what any allocation may be (isize::MAX bytes).
+    /// let error = Builder::new(1 << 62).try_build::<u64>().unwrap_err();
+    /// assert_eq!(error.bytes, 1 << 65);
+    /// # Ok::<(), ringbus_core::AllocError>(())
+    /// ```
+    pub fn try_build<T: Default>(self) -> Result<(Writer<T>, Stage<T>), AllocError> {
+        self.try_build_with(T::default)
     }
 
     /// Builds a ring whose slots start empty: no `Default`, no factory, and nothing to drop
@@ -188,11 +202,30 @@ impl Builder {
     /// assert_eq!(reader.try_recv().unwrap().id, 1);
     /// ```
     ///
+    /// Its slots are allocated and left as they are: a ring far larger than the messages it
+    /// will hold costs address space, not memory, until its slots are used (as the operating
+    /// system commits memory when it is first written).
+    ///
     /// # Panics
     ///
-    /// As [`build`](Self::build).
+    /// As [`build`](Self::build); [`try_build_lazy`](Self::try_build_lazy) does not.
+    #[track_caller]
     pub fn build_lazy<T>(self) -> (Writer<T>, Stage<T>) {
         self.finish(None)
+    }
+
+    /// [`build_lazy`](Self::build_lazy), or an [`AllocError`] if the slots cannot be
+    /// allocated (where `build_lazy` panics).
+    ///
+    /// ```
+    /// use ringbus_core::Builder;
+    ///
+    /// // 2^40 slots of 1 KiB: 1 PiB, more than a 64-bit process can map.
+    /// let error = Builder::new(1 << 40).try_build_lazy::<[u8; 1024]>().unwrap_err();
+    /// assert_eq!((error.capacity, error.bytes), (1 << 40, 1 << 50));
+    /// ```
+    pub fn try_build_lazy<T>(self) -> Result<(Writer<T>, Stage<T>), AllocError> {
+        self.try_finish(None)
     }
 
     /// Builds a ring whose slots start as values from `factory` (called once per slot).
@@ -202,21 +235,51 @@ impl Builder {
     ///
     /// # Panics
     ///
-    /// As [`build`](Self::build).
+    /// As [`build`](Self::build); [`try_build_with`](Self::try_build_with) does not.
+    #[track_caller]
     pub fn build_with<T>(self, mut factory: impl FnMut() -> T) -> (Writer<T>, Stage<T>) {
         self.finish(Some(&mut factory))
     }
 
+    /// [`build_with`](Self::build_with), or an [`AllocError`] if the slots cannot be
+    /// allocated (where `build_with` panics). The factory is not called then.
+    ///
+    /// ```
+    /// let built = ringbus_core::Builder::new(usize::MAX).try_build_with(|| 0u8);
+    /// let error = built.unwrap_err(); // rounded up to a power of two, past usize::MAX
+    /// assert_eq!(error.capacity, usize::MAX);
+    /// ```
+    pub fn try_build_with<T>(
+        self,
+        mut factory: impl FnMut() -> T,
+    ) -> Result<(Writer<T>, Stage<T>), AllocError> {
+        self.try_finish(Some(&mut factory))
+    }
+
+    /// [`try_finish`](Self::try_finish), panicking with its error.
+    #[track_caller]
     fn finish<T>(self, factory: Option<&mut dyn FnMut() -> T>) -> (Writer<T>, Stage<T>) {
-        let shared = sync::Arc::new(shared::Shared::new(
-            self.capacity(),
-            self.spin,
-            self.max_readers,
-            self.fences,
-            factory,
-        ));
+        match self.try_finish(factory) {
+            Ok(ring) => ring,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    fn try_finish<T>(
+        self,
+        factory: Option<&mut dyn FnMut() -> T>,
+    ) -> Result<(Writer<T>, Stage<T>), AllocError> {
+        let refused = AllocError::new::<T>(self.capacity);
+        // The capacity rounded up to a power of two (0 counts as 1).
+        let capacity = self.capacity.max(1).checked_next_power_of_two();
+        let shared = capacity
+            .and_then(|capacity| {
+                shared::Shared::new(capacity, self.spin, self.max_readers, self.fences, factory)
+            })
+            .ok_or(refused)?;
+        let shared = sync::Arc::new(shared);
         let stage = Stage::new(shared.clone(), shared.root());
-        (Writer::new(shared), stage)
+        Ok((Writer::new(shared), stage))
     }
 }
 

@@ -114,34 +114,23 @@ unsafe impl<T: Send + Sync> Send for Shared<T> {}
 unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
+    /// A ring of `capacity` slots (a power of two), or `None` if its slots cannot be
+    /// allocated: their size is past `isize::MAX` bytes, or the allocator refused them.
     pub(crate) fn new(
         capacity: usize,
         spin: u32,
         max_readers: usize,
         fences: Fences,
         fill: Option<&mut dyn FnMut() -> T>,
-    ) -> Self {
+    ) -> Option<Self> {
         crate::sync::init_fences();
         let lazy = fill.is_none();
-        let slots = match fill {
-            // Made into a `Vec<T>` first, so that a factory that panics partway has the values
-            // it already made dropped as the panic unwinds (a `MaybeUninit` would leak them).
-            // The `Vec`'s buffer is reused for the cells, which have `T`'s layout.
-            Some(f) => (0..capacity)
-                .map(|_| f())
-                .collect::<Vec<T>>()
-                .into_iter()
-                .map(|value| UnsafeCell::new(MaybeUninit::new(value)))
-                .collect(),
-            None => (0..capacity)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                .collect(),
-        };
+        let slots = Self::slots(capacity, fill)?;
         // SAFETY: the root has no upstream.
         let root = Box::into_raw(Box::new(unsafe {
             Group::new(WRITER_SOURCE + 1, ptr::null())
         }));
-        Self {
+        Some(Self {
             cursor: CachePadded::new(AtomicU64::new(0)),
             writer_watchers: CachePadded::new(Waiters::default()),
             writer_registered: CachePadded::new(AtomicBool::new(false)),
@@ -158,6 +147,42 @@ impl<T> Shared<T> {
             capacity,
             lazy,
             slots,
+        })
+    }
+
+    /// `capacity` slots, holding values from `fill` or (without it) nothing yet; `None` if
+    /// they cannot be allocated. The allocation is asked for with `try_reserve_exact`, never
+    /// with what aborts the process when the allocator refuses (`with_capacity`, `collect`).
+    /// Empty slots are not written: a ring far larger than the messages it will hold costs
+    /// address space, not memory, until its slots are used.
+    fn slots(
+        capacity: usize,
+        fill: Option<&mut dyn FnMut() -> T>,
+    ) -> Option<Box<[UnsafeCell<MaybeUninit<T>>]>> {
+        match fill {
+            // Made into a `Vec<T>` first, so that a factory that panics partway has the values
+            // it already made dropped as the panic unwinds (a `MaybeUninit` would leak them).
+            // The `Vec`'s buffer is reused for the cells, which have `T`'s layout.
+            Some(f) => {
+                let mut values = Vec::new();
+                values.try_reserve_exact(capacity).ok()?;
+                values.extend((0..capacity).map(|_| f()));
+                let cells = values.into_iter();
+                Some(
+                    cells
+                        .map(|value| UnsafeCell::new(MaybeUninit::new(value)))
+                        .collect(),
+                )
+            }
+            None => {
+                let mut cells = Vec::<UnsafeCell<MaybeUninit<T>>>::new();
+                cells.try_reserve_exact(capacity).ok()?;
+                // SAFETY: the capacity is reserved, and an uninitialised
+                // `UnsafeCell<MaybeUninit<T>>` is a valid one (`MaybeUninit` needs no
+                // initialisation, and `UnsafeCell` is `repr(transparent)`).
+                unsafe { cells.set_len(capacity) };
+                Some(cells.into_boxed_slice())
+            }
         }
     }
 

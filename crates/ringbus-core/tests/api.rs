@@ -28,6 +28,69 @@ fn capacity_rounds_up_to_a_power_of_two() {
     }
 }
 
+/// A ring whose slots cannot be allocated is an `AllocError` from `try_build*`, and a panic
+/// naming the capacity and the bytes from `build*`: never an abort of the process (issue 34:
+/// `build_lazy` of 2^30 slots of 64 bytes aborted with "memory allocation of 68719476736 bytes
+/// failed"). Each size here is refused on every 64-bit machine, whatever it has and however
+/// it overcommits: a capacity whose rounding overflows `usize`, slots past `isize::MAX` bytes,
+/// and 1 PiB of slots, more than a process can map (x86-64 and AArch64 give it 128 or 256 TiB).
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn a_ring_that_cannot_be_allocated_is_an_error_not_an_abort() {
+    type Kib = [u8; 1024];
+    let rounding = Builder::new(usize::MAX).try_build_lazy::<u8>().unwrap_err();
+    assert_eq!((rounding.capacity, rounding.bytes), (usize::MAX, 1 << 64));
+    let past_isize = Builder::new((1 << 62) + 1).try_build::<u64>().unwrap_err();
+    assert_eq!(
+        (past_isize.capacity, past_isize.bytes),
+        ((1 << 62) + 1, 1 << 66)
+    );
+    let refused = Builder::new(1 << 40).try_build_lazy::<Kib>().unwrap_err();
+    assert_eq!((refused.capacity, refused.bytes), (1 << 40, 1 << 50));
+    let mut made = 0;
+    let with = Builder::new(1 << 40).try_build_with(|| {
+        made += 1;
+        [0u8; 1024]
+    });
+    assert_eq!(with.unwrap_err(), refused);
+    assert_eq!(
+        made, 0,
+        "the factory ran for slots that were never allocated"
+    );
+
+    for (error, says) in [
+        (
+            rounding,
+            "rounded up to a power of two, it is past usize::MAX",
+        ),
+        (
+            past_isize,
+            "takes 73786976294838206464 bytes, more than any allocation may",
+        ),
+        (
+            refused,
+            "takes 1125899906842624 bytes, which could not be allocated",
+        ),
+    ] {
+        let message = error.to_string();
+        assert!(
+            message.contains(&error.capacity.to_string()) && message.contains(says),
+            "{message}"
+        );
+    }
+
+    // `build*` panic with the same message, where they aborted.
+    let panic = std::panic::catch_unwind(|| Builder::new(1 << 40).build_lazy::<Kib>())
+        .map(drop)
+        .unwrap_err();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(message, refused.to_string());
+
+    // A ring that can be had is had, by `try_build*` as by `build*`.
+    let (writer, _stage) = Builder::new(5).try_build_lazy::<Kib>().unwrap();
+    assert_eq!(writer.capacity(), 8);
+}
+
 #[test]
 fn reserve_beyond_capacity_is_too_large() {
     let (mut writer, stage) = Builder::new(3).build::<u32>(); // capacity 4

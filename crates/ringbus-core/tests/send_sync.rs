@@ -10,7 +10,7 @@ use std::future::Future;
 use std::rc::Rc;
 
 use ringbus_core::{
-    Batch, Builder, Closed, Full, JoinError, ReadGuard, Reader, Ready, Recv, RecvBatch,
+    AllocError, Batch, Builder, Closed, Full, JoinError, ReadGuard, Reader, Ready, Recv, RecvBatch,
     Reservation, Stage, TooLarge, TryRecvError, TryReserveError, Writer,
 };
 
@@ -125,6 +125,7 @@ fn builder_and_errors() {
     assert_error::<TooLarge>();
     assert_error::<TryReserveError>();
     assert_error::<JoinError>();
+    assert_error::<AllocError>();
 }
 
 #[test]
