@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::delivery::Delivery;
-use crate::error::{Error, PublishError, TypeMismatch, Unpublished};
+use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
 use crate::map::TopicMap;
 use crate::progress::Progress;
@@ -243,9 +243,11 @@ impl BusBuilder {
     /// The largest topic capacity (2^30 messages): [`capacity`](Self::capacity) and
     /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity) refuse more. A topic
     /// allocates its capacity's slots when it is made, at the first publish or subscribe
-    /// naming it; the limit keeps that size representable on 64-bit targets for any message
-    /// type under 8 GiB. (On 32-bit targets a large capacity of a large type can still
-    /// overflow there: the slots must fit in `isize::MAX` bytes.)
+    /// naming it. The limit is on messages, not bytes: a ring the process cannot have (2^30
+    /// messages of 64 bytes ask for 64 GiB) is an `Err` of that publish or subscribe,
+    /// [`RingTooLarge`](crate::RingTooLarge), which names the topic, its capacity and the
+    /// bytes asked for. A ring's empty slots are not written: memory is used as the ring
+    /// fills.
     pub const MAX_CAPACITY: usize = 1 << 30;
 
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
@@ -256,6 +258,10 @@ impl BusBuilder {
     /// Once the message is in it is published: that second wait ends early only if the bus
     /// closes, a `Context` no longer applies to it, and dropping the future there does not
     /// take the message back (every subscriber still handles it, exactly once).
+    ///
+    /// A topic whose ring (its capacity times the size of its message) cannot be allocated
+    /// is an `Err` of the publish or subscribe that would make it: see
+    /// [`MAX_CAPACITY`](Self::MAX_CAPACITY).
     ///
     /// # Panics
     ///
@@ -458,9 +464,13 @@ impl Bus {
 
     /// The entry of topic `name`, made (for messages of type `T`) if it does not exist.
     #[inline]
-    fn entry<T: Send + Sync + 'static>(&self, name: &str, capacity: Option<usize>) -> &Entry {
+    fn entry<T: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        capacity: Option<usize>,
+    ) -> Result<&Entry, RingTooLarge> {
         match self.inner.topics.get(name) {
-            Some(entry) => entry,
+            Some(entry) => Ok(entry),
             None => self.create::<T>(name, capacity),
         }
     }
@@ -473,11 +483,11 @@ impl Bus {
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&TopicInner<T>, TypeMismatch> {
-        let entry = self.entry::<T>(name, capacity);
+    ) -> Result<&TopicInner<T>, Unresolved> {
+        let entry = self.entry::<T>(name, capacity)?;
         (*entry.typed)
             .downcast_ref::<TopicInner<T>>()
-            .ok_or_else(|| mismatch::<T>(name, entry))
+            .ok_or_else(|| mismatch::<T>(name, entry).into())
     }
 
     /// [`resolve`](Self::resolve), as an `Arc` (for subscriber tasks and `Topic` handles).
@@ -485,13 +495,13 @@ impl Bus {
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<Arc<TopicInner<T>>, TypeMismatch> {
-        let entry = self.entry::<T>(name, capacity);
+    ) -> Result<Arc<TopicInner<T>>, Unresolved> {
+        let entry = self.entry::<T>(name, capacity)?;
         entry
             .typed
             .clone()
             .downcast::<TopicInner<T>>()
-            .map_err(|_| mismatch::<T>(name, entry))
+            .map_err(|_| mismatch::<T>(name, entry).into())
     }
 
     /// The topic a new subscriber of `topic` joins: refuses before making anything when no
@@ -503,24 +513,32 @@ impl Bus {
     ) -> Result<Arc<TopicInner<T>>, Error> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         self.inner.state.stall_timeout(options)?;
-        self.resolve_arc::<T>(topic, options.capacity)
-            .map_err(Error::TypeMismatch)
+        Ok(self.resolve_arc::<T>(topic, options.capacity)?)
     }
 
+    /// Makes the topic `name` for messages of type `T`, unless another thread just did; an
+    /// `Err` if its ring cannot be allocated (then nothing is made).
     #[cold]
-    fn create<T: Send + Sync + 'static>(&self, name: &str, capacity: Option<usize>) -> &Entry {
-        let entry = self.inner.topics.get_or_insert_with(name, || {
-            let capacity = capacity.unwrap_or(self.inner.state.capacity);
-            let topic = Arc::new(TopicInner::<T>::new(
-                name.into(),
-                capacity,
-                self.inner.state.clone(),
-            ));
+    fn create<T: Send + Sync + 'static>(
+        &self,
+        name: &str,
+        capacity: Option<usize>,
+    ) -> Result<&Entry, RingTooLarge> {
+        let capacity = capacity.unwrap_or(self.inner.state.capacity);
+        let entry = self.inner.topics.get_or_try_insert_with(name, || {
+            let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())
+                .map_err(|e| RingTooLarge {
+                    topic: name.into(),
+                    capacity,
+                    message_size: std::mem::size_of::<T>(),
+                    bytes: e.bytes,
+                })?;
+            let topic = Arc::new(topic);
             tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
-            Entry {
+            Ok(Entry {
                 typed: topic.clone(),
                 erased: topic,
-            }
+            })
         });
         // A `quiescent` pass that saw the list of topics change is not idle, and waits for
         // progress: say there was some, or on an otherwise quiet bus `close` and `wait_idle`
@@ -543,11 +561,11 @@ impl Bus {
     ///
     /// # Errors
     ///
-    /// [`Error::TypeMismatch`] if the topic carries another type.
+    /// [`Error::TypeMismatch`] if the topic carries another type; [`Error::RingTooLarge`] if
+    /// it did not exist and its ring could not be allocated.
     pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
-        self.resolve_arc::<T>(name, None)
-            .map(|inner| Topic { inner })
-            .map_err(Error::TypeMismatch)
+        let inner = self.resolve_arc::<T>(name, None)?;
+        Ok(Topic { inner })
     }
 
     /// Publishes `msg` to `topic`, waiting while the slowest subscriber's queue is full.
@@ -565,7 +583,8 @@ impl Bus {
     /// # Errors
     ///
     /// Each gives the message back: [`PublishError::Closed`] once the bus is closing,
-    /// [`PublishError::TypeMismatch`] if the topic carries another type.
+    /// [`PublishError::TypeMismatch`] if the topic carries another type,
+    /// [`PublishError::RingTooLarge`] if it did not exist and its ring could not be allocated.
     ///
     /// # Cancel safety
     ///
@@ -647,7 +666,7 @@ impl Bus {
     ) -> Result<(), PublishError<T>> {
         match self.resolve::<T>(topic, None) {
             Ok(t) => t.try_publish(msg),
-            Err(e) => Err(PublishError::TypeMismatch(msg, e)),
+            Err(e) => Err(e.refuse(msg)),
         }
     }
 
@@ -679,10 +698,7 @@ impl Bus {
     {
         match self.resolve::<T>(topic, None) {
             Ok(t) => t.publish_batch(&crate::context::NEVER, msgs).await,
-            Err(e) => Err(PublishError::TypeMismatch(
-                Unpublished::new(msgs.into_iter()),
-                e,
-            )),
+            Err(e) => Err(e.refuse(Unpublished::new(msgs.into_iter()))),
         }
     }
 
@@ -756,6 +772,7 @@ impl Bus {
     /// (see [`BusBuilder::stall_timeout`]) or a retry policy on a runtime without a time
     /// driver,
     /// [`Error::TypeMismatch`],
+    /// [`Error::RingTooLarge`] (a new topic whose ring could not be allocated),
     /// [`Error::Closed`].
     pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
     where
@@ -1055,6 +1072,45 @@ impl Bus {
 
 pub(crate) fn next_subscriber_id() -> u64 {
     NEXT_SUBSCRIBER_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Why a topic could not be had by name: it carries another type, or it did not exist and its
+/// ring could not be allocated.
+#[derive(Debug)]
+pub(crate) enum Unresolved {
+    TypeMismatch(TypeMismatch),
+    RingTooLarge(RingTooLarge),
+}
+
+impl Unresolved {
+    /// The publish error, giving `msg` back.
+    pub(crate) fn refuse<M>(self, msg: M) -> PublishError<M> {
+        match self {
+            Unresolved::TypeMismatch(e) => PublishError::TypeMismatch(msg, e),
+            Unresolved::RingTooLarge(e) => PublishError::RingTooLarge(msg, e),
+        }
+    }
+}
+
+impl From<TypeMismatch> for Unresolved {
+    fn from(e: TypeMismatch) -> Self {
+        Unresolved::TypeMismatch(e)
+    }
+}
+
+impl From<RingTooLarge> for Unresolved {
+    fn from(e: RingTooLarge) -> Self {
+        Unresolved::RingTooLarge(e)
+    }
+}
+
+impl From<Unresolved> for Error {
+    fn from(e: Unresolved) -> Self {
+        match e {
+            Unresolved::TypeMismatch(e) => Error::TypeMismatch(e),
+            Unresolved::RingTooLarge(e) => Error::RingTooLarge(e),
+        }
+    }
 }
 
 fn mismatch<T>(name: &str, entry: &Entry) -> TypeMismatch {

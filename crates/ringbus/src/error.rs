@@ -28,6 +28,8 @@ pub enum PublishError<T> {
     /// [`TopicStats::unrouted`](crate::TopicStats::unrouted) and logged once per topic at
     /// `warn`.)
     NoSubscriber(T, Arc<str>),
+    /// The topic did not exist, and its ring could not be allocated: nothing was made.
+    RingTooLarge(T, RingTooLarge),
 }
 
 impl<T> PublishError<T> {
@@ -38,7 +40,8 @@ impl<T> PublishError<T> {
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
             | PublishError::NoSubscriber(m, _)
-            | PublishError::TypeMismatch(m, _) => m,
+            | PublishError::TypeMismatch(m, _)
+            | PublishError::RingTooLarge(m, _) => m,
         }
     }
 
@@ -49,7 +52,8 @@ impl<T> PublishError<T> {
             | PublishError::Cancelled(m)
             | PublishError::Full(m)
             | PublishError::NoSubscriber(m, _)
-            | PublishError::TypeMismatch(m, _) => m,
+            | PublishError::TypeMismatch(m, _)
+            | PublishError::RingTooLarge(m, _) => m,
         }
     }
 
@@ -61,6 +65,7 @@ impl<T> PublishError<T> {
             PublishError::Full(m) => PublishError::Full(f(m)),
             PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
             PublishError::NoSubscriber(m, topic) => PublishError::NoSubscriber(f(m), topic),
+            PublishError::RingTooLarge(m, e) => PublishError::RingTooLarge(f(m), e),
         }
     }
 }
@@ -80,6 +85,11 @@ impl<T> fmt::Debug for PublishError<T> {
                 .debug_tuple("NoSubscriber")
                 .field(&Elided)
                 .field(&&**topic)
+                .finish(),
+            PublishError::RingTooLarge(_, e) => f
+                .debug_tuple("RingTooLarge")
+                .field(&Elided)
+                .field(e)
                 .finish(),
         })
     }
@@ -128,6 +138,7 @@ impl<T> fmt::Display for PublishError<T> {
                 "topic \"{topic}\" has no subscriber (strict bus); the message was not \
                  published"
             ),
+            PublishError::RingTooLarge(_, e) => e.fmt(f),
         }
     }
 }
@@ -249,6 +260,61 @@ impl fmt::Display for TypeMismatch {
 
 impl std::error::Error for TypeMismatch {}
 
+/// A topic's ring could not be allocated: its capacity times the size of its message type is
+/// more memory than the process can have. Nothing was made: the topic does not exist, and the
+/// next publish or subscribe naming it tries again.
+///
+/// A topic allocates its whole ring when it is made (at the first publish or subscribe naming
+/// it), and [`BusBuilder::MAX_CAPACITY`](crate::BusBuilder::MAX_CAPACITY) bounds its capacity,
+/// not its size in bytes: 2^30 messages of 64 bytes ask for 64 GiB. Lower the capacity
+/// ([`BusBuilder::capacity`](crate::BusBuilder::capacity),
+/// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity)) or make the message
+/// small (a `Box` or an `Arc` of the large part).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use ringbus::{Bus, Error};
+///
+/// let bus = Bus::builder().capacity(1 << 30).build();
+/// // 2^30 messages of 1 MiB: 1 PiB, more than a 64-bit process can map.
+/// match bus.topic::<[u8; 1 << 20]>("frames") {
+///     Err(Error::RingTooLarge(e)) => {
+///         assert_eq!((&*e.topic, e.capacity, e.bytes), ("frames", 1 << 30, 1 << 50));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert!(bus.stats().topics.is_empty()); // nothing was made
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RingTooLarge {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// Its capacity, in messages (its ring has that many slots, rounded up to a power of
+    /// two).
+    pub capacity: usize,
+    /// The size of one message, in bytes.
+    pub message_size: usize,
+    /// The bytes the ring asked for: its slots times `message_size`. A `u128`: it may be past
+    /// `usize::MAX`.
+    pub bytes: u128,
+}
+
+impl fmt::Display for RingTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "topic \"{}\": a ring of {} messages of {} bytes takes {} bytes, which could not \
+             be allocated: lower the topic's capacity or box its messages",
+            self.topic, self.capacity, self.message_size, self.bytes
+        )
+    }
+}
+
+impl std::error::Error for RingTooLarge {}
+
 /// Every error of the bus, without a message attached: what `?` turns a
 /// [`PublishError`] into, and what `subscribe`, `register` and `topic` return.
 ///
@@ -327,6 +393,8 @@ pub enum Error {
     NoResponders,
     /// A request's replier failed: the error's text ([`RequestError::Failed`]).
     ReplyFailed(String),
+    /// A topic's ring could not be allocated (see [`RingTooLarge`]).
+    RingTooLarge(RingTooLarge),
 }
 
 impl fmt::Display for Error {
@@ -372,6 +440,7 @@ impl fmt::Display for Error {
             }
             Error::NoResponders => f.write_str("the request got no reply: no replier"),
             Error::ReplyFailed(text) => write!(f, "the replier failed: {text}"),
+            Error::RingTooLarge(e) => e.fmt(f),
         }
     }
 }
@@ -413,6 +482,7 @@ impl fmt::Debug for Error {
                 .finish(),
             Error::NoResponders => f.write_str("NoResponders"),
             Error::ReplyFailed(text) => f.debug_tuple("ReplyFailed").field(text).finish(),
+            Error::RingTooLarge(e) => f.debug_tuple("RingTooLarge").field(e).finish(),
         })
     }
 }
@@ -427,6 +497,7 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::Full(_) => Error::Full,
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
             PublishError::NoSubscriber(_, topic) => Error::NoSubscriber { topic },
+            PublishError::RingTooLarge(_, e) => Error::RingTooLarge(e),
         }
     }
 }

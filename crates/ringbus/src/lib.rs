@@ -97,7 +97,7 @@
 //!   tests.
 //! - [`PublishError`] (gives the message back; a batch's, as [`Unpublished`]),
 //!   [`RequestError`] (gives it back where the request was not sent), [`Error`],
-//!   [`TypeMismatch`].
+//!   [`TypeMismatch`], [`RingTooLarge`].
 //! - [`BusStats`], [`TopicStats`], [`SubscriberStats`], [`CloseReport`].
 //! - [`ring`]: the lock-free ring under every topic, usable on its own.
 //!
@@ -137,7 +137,7 @@ pub use app::{App, Health, HealthStatus};
 pub use bus::{Bus, BusBuilder, Topic};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, RequestError, TypeMismatch, Unpublished};
+pub use error::{Error, PublishError, RequestError, RingTooLarge, TypeMismatch, Unpublished};
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
     HandlerOutput, StateHandlerFn, SubscribeOptions, Subscriber, WithState,

@@ -155,8 +155,13 @@ impl<V> TopicMap<V> {
         unsafe { &*table }.find(h, name).map(|n| &n.value)
     }
 
-    /// The value for `name`, inserting `make()` if there is none.
-    pub(crate) fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
+    /// The value for `name`, inserting what `make()` returns if there is none; an `Err` of
+    /// `make` inserts nothing.
+    pub(crate) fn get_or_try_insert_with<E>(
+        &self,
+        name: &str,
+        make: impl FnOnce() -> Result<V, E>,
+    ) -> Result<&V, E> {
         let h = hash(name);
         let shard = self.shard(h);
         // A panic in `make` cannot leave the tables inconsistent: nothing is linked before it.
@@ -164,12 +169,12 @@ impl<V> TopicMap<V> {
         // SAFETY: tables live until the map drops; we hold `grow`, so this is `current`.
         let table = unsafe { &*shard.current.load(Ordering::Relaxed) };
         if let Some(node) = table.find(h, name) {
-            return &node.value;
+            return Ok(&node.value);
         }
         let node = Box::into_raw(Box::new(Node {
             hash: h,
             name: name.into(),
-            value: make(),
+            value: make()?,
         }));
         let table = if (grow.len + 1) * 2 > table.slots.len() {
             let bigger = Table::new(table.slots.len() * 2);
@@ -192,7 +197,15 @@ impl<V> TopicMap<V> {
         table.link(node, h);
         grow.len += 1;
         // SAFETY: linked; alive until the map drops.
-        unsafe { &(*node).value }
+        Ok(unsafe { &(*node).value })
+    }
+
+    /// The value for `name`, inserting `make()` if there is none.
+    pub(crate) fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
+        match self.get_or_try_insert_with(name, || Ok::<V, std::convert::Infallible>(make())) {
+            Ok(value) => value,
+            Err(never) => match never {},
+        }
     }
 
     /// Every value, in no particular order.

@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use ringbus_core::{Builder, Full, Stage, Writer};
+use ringbus_core::{AllocError, Builder, Full, Stage, Writer};
 use tokio::time::Instant;
 
-use crate::bus::{Bus, BusState};
+use crate::bus::{Bus, BusState, Unresolved};
 use crate::context::Context;
 use crate::coop;
 use crate::delivery::{Delivery, Tracker};
-use crate::error::{Error, PublishError, TypeMismatch, Unpublished};
+use crate::error::{Error, PublishError, Unpublished};
 use crate::handler::{BatchHandler, Handler, SubscribeOptions};
 use crate::lock::{WriterGuard, WriterLock};
 use crate::observe::{self, TopicMetrics};
@@ -82,12 +82,19 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
-    pub(crate) fn new(name: Arc<str>, capacity: usize, state: Arc<BusState>) -> Self {
+    /// A topic with its ring, or the error of a ring that cannot be allocated (see
+    /// [`RingTooLarge`](crate::RingTooLarge)). The ring starts with empty slots: what is not
+    /// published to yet costs address space, not memory.
+    pub(crate) fn new(
+        name: Arc<str>,
+        capacity: usize,
+        state: Arc<BusState>,
+    ) -> Result<Self, AllocError> {
         let (writer, stage) = Builder::new(capacity.max(1))
             .spin(state.spin)
             .max_readers(state.max_subscribers)
-            .build_lazy();
-        Self {
+            .try_build_lazy()?;
+        Ok(Self {
             capacity,
             parents: Arc::new(Parents::new(writer.capacity())),
             writer: WriterLock::new(Some(writer)),
@@ -99,7 +106,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             unrouted_logged: AtomicBool::new(false),
             metrics: TopicMetrics::new(&name),
             name,
-        }
+        })
     }
 
     /// True when no subscriber would see a message published now. One Relaxed load of the
@@ -948,12 +955,12 @@ pin_project_lite::pin_project! {
 /// The topic of a [`Publish`], as its first poll finds it: a topic already resolved (a
 /// `Topic` handle's publish), or a name on a bus (`Bus::publish`), looked up then.
 pub(crate) trait PublishTo<'a, T> {
-    fn topic(self) -> Result<&'a TopicInner<T>, TypeMismatch>;
+    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved>;
 }
 
 impl<'a, T> PublishTo<'a, T> for &'a TopicInner<T> {
     #[inline(always)]
-    fn topic(self) -> Result<&'a TopicInner<T>, TypeMismatch> {
+    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
         Ok(self)
     }
 }
@@ -966,7 +973,7 @@ pub(crate) struct Named<'a> {
 
 impl<'a, T: Send + Sync + 'static> PublishTo<'a, T> for Named<'a> {
     #[inline(always)]
-    fn topic(self) -> Result<&'a TopicInner<T>, TypeMismatch> {
+    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
         self.bus.resolve::<T>(self.name, None)
     }
 }
@@ -995,7 +1002,7 @@ where
         };
         let topic = match topic.topic() {
             Ok(topic) => topic,
-            Err(e) => return Poll::Ready(Err(PublishError::TypeMismatch(msg, e))),
+            Err(e) => return Poll::Ready(Err(e.refuse(msg))),
         };
         match topic.publish_now(ctx, msg, cx) {
             Ok(done) => Poll::Ready(done),
