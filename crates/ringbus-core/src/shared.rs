@@ -104,11 +104,8 @@ pub(crate) struct Shared<T> {
     pub(crate) lazy: bool,
     /// The slots. See the module docs for who may touch which, and `lazy` for which hold a
     /// value.
-    slots: Box<[SlotCell<T>]>,
+    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
 }
-
-/// A slot: a `T`, or nothing yet (see `Shared::lazy`), written through a shared reference.
-type SlotCell<T> = UnsafeCell<MaybeUninit<T>>;
 
 // SAFETY: values move from the writer's thread into the ring (`T: Send`) and are read by
 // reference from many threads at once (`T: Sync`). Everything else is atomics and groups.
@@ -156,43 +153,37 @@ impl<T> Shared<T> {
     /// `capacity` slots, holding values from `fill` or (without it) nothing yet; `None` if
     /// they cannot be allocated. The allocation is asked for with `try_reserve_exact`, never
     /// with what aborts the process when the allocator refuses (`with_capacity`, `collect`).
-    fn slots(capacity: usize, fill: Option<&mut dyn FnMut() -> T>) -> Option<Box<[SlotCell<T>]>> {
+    /// Empty slots are not written: a ring far larger than the messages it will hold costs
+    /// address space, not memory, until its slots are used.
+    fn slots(
+        capacity: usize,
+        fill: Option<&mut dyn FnMut() -> T>,
+    ) -> Option<Box<[UnsafeCell<MaybeUninit<T>>]>> {
         match fill {
-            Some(f) => Self::filled(capacity, f),
-            None => Self::empty(capacity),
+            // Made into a `Vec<T>` first, so that a factory that panics partway has the values
+            // it already made dropped as the panic unwinds (a `MaybeUninit` would leak them).
+            // The `Vec`'s buffer is reused for the cells, which have `T`'s layout.
+            Some(f) => {
+                let mut values = Vec::new();
+                values.try_reserve_exact(capacity).ok()?;
+                values.extend((0..capacity).map(|_| f()));
+                let cells = values.into_iter();
+                Some(
+                    cells
+                        .map(|value| UnsafeCell::new(MaybeUninit::new(value)))
+                        .collect(),
+                )
+            }
+            None => {
+                let mut cells = Vec::<UnsafeCell<MaybeUninit<T>>>::new();
+                cells.try_reserve_exact(capacity).ok()?;
+                // SAFETY: the capacity is reserved, and an uninitialised
+                // `UnsafeCell<MaybeUninit<T>>` is a valid one (`MaybeUninit` needs no
+                // initialisation, and `UnsafeCell` is `repr(transparent)`).
+                unsafe { cells.set_len(capacity) };
+                Some(cells.into_boxed_slice())
+            }
         }
-    }
-
-    /// `capacity` slots holding values from `f`.
-    ///
-    /// Never inlined: its frame holds a `T`, which `empty` (and so a lazy ring of large
-    /// values, `Builder::build_lazy`) does without.
-    #[inline(never)]
-    fn filled(capacity: usize, f: &mut dyn FnMut() -> T) -> Option<Box<[SlotCell<T>]>> {
-        // Made into a `Vec<T>` first, so that a factory that panics partway has the values it
-        // already made dropped as the panic unwinds (a `MaybeUninit` would leak them). The
-        // `Vec`'s buffer is reused for the cells, which have `T`'s layout.
-        let mut values = Vec::new();
-        values.try_reserve_exact(capacity).ok()?;
-        values.extend((0..capacity).map(|_| f()));
-        let cells = values.into_iter();
-        Some(
-            cells
-                .map(|value| UnsafeCell::new(MaybeUninit::new(value)))
-                .collect(),
-        )
-    }
-
-    /// `capacity` empty slots. They are not written: a ring far larger than the messages it
-    /// will hold costs address space, not memory, until its slots are used.
-    fn empty(capacity: usize) -> Option<Box<[SlotCell<T>]>> {
-        let mut cells = Vec::<SlotCell<T>>::new();
-        cells.try_reserve_exact(capacity).ok()?;
-        // SAFETY: the capacity is reserved, and an uninitialised `UnsafeCell<MaybeUninit<T>>`
-        // is a valid one (`MaybeUninit` needs no initialisation, and `UnsafeCell` is
-        // `repr(transparent)`).
-        unsafe { cells.set_len(capacity) };
-        Some(cells.into_boxed_slice())
     }
 
     /// The slot of `position`. It holds a value unless `!self.holds_value(position)`.
