@@ -1,7 +1,9 @@
 //! `results.json` (the figures and the machine they come from) and the page rendered from
 //! it: `README.md` with a table per family and an SVG bar chart per family (`plotters`, SVG
-//! backend only). Rendering reads nothing but `results.json`, so `render` redraws a page from
-//! a committed file without measuring.
+//! backend only), and, when that page is the published one (`docs/benchmarks/`), the
+//! workspace README's table of headline figures, between its `bench:headline` markers.
+//! Rendering reads nothing but `results.json`, so `render` redraws both from a committed file
+//! without measuring.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -651,7 +653,173 @@ pub(crate) fn render(dir: &Path) -> Result<(), Box<dyn Error>> {
     md.push_str(&goals(&all));
     md.push_str(&conclusions(&all));
     std::fs::write(dir.join("README.md"), md)?;
+    if is_published(dir) {
+        let readme = workspace().join("README.md");
+        if update_between_markers(&readme, README_MARKER, &readme_table(&results, &all))? {
+            println!("updated the \"How fast\" table of README.md");
+        } else {
+            println!("README.md has no `{README_MARKER}` markers: its table was left as it is");
+        }
+    }
     Ok(())
+}
+
+/// The workspace's root directory (this package lives in `benches/`).
+fn workspace() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Whether `dir` is `docs/benchmarks/`, the published figures: only a page rendered from
+/// them rewrites the workspace README's table (not a quick, partial or `--out` run).
+fn is_published(dir: &Path) -> bool {
+    match (
+        dir.canonicalize(),
+        workspace().join("docs/benchmarks").canonicalize(),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The workspace README's table of headline figures sits between `<!-- {README_MARKER} ...
+/// -->` and `<!-- /{README_MARKER} -->`.
+const README_MARKER: &str = "bench:headline";
+
+/// The README's rows: (scenario, how the README names it).
+const README_ROWS: &[(&str, &str)] = &[
+    ("publish/1", "`publish/1` (1 subscriber)"),
+    ("publish/100", "`publish/100` (100 subscribers)"),
+    ("publish_parallel", "`publish_parallel` (16 publishers)"),
+    ("subscribe", "`subscribe` + unsubscribe"),
+];
+
+/// The README's peers, the lossless ones: (system, how the README names it).
+const README_PEERS: &[(&str, &str)] = &[
+    ("tokio-mpsc-fanout", "`tokio` mpsc fan-out"),
+    ("async-broadcast", "`async-broadcast`"),
+    ("kanal-fanout", "`kanal` fan-out"),
+    ("flume-fanout", "`flume` fan-out"),
+];
+
+/// The workspace README's table: a caption naming the run, then per row ringbus's median and
+/// each lossless peer's ratio, median [min – max]. Links are relative to the workspace root.
+fn readme_table(results: &Value, all: &[Row]) -> String {
+    let m = &results["machine"];
+    let date = text(m, "date");
+    // `2026-12-03T06:27:29Z` is shown as `2026-12-03 06:27 UTC`.
+    let date = match date.get(..16) {
+        Some(minute) if date.contains('T') => format!("{} UTC", minute.replacen('T', " ", 1)),
+        _ => date,
+    };
+    let virtualized = m["virtualized"].as_bool() == Some(true);
+    let caption = format!(
+        "From the `{}` run of {date} at {}{} (a {}-{} {} {}, {} interleaved rounds; \
+         [`results.json`](docs/benchmarks/results.json)): ringbus's median time per \
+         operation, and each lossless peer's time divided by ringbus's in the same round, \
+         median [min – max]. Above 1: ringbus was faster.",
+        text(&results["run"], "command"),
+        text(m, "commit"),
+        if m["uncommitted_changes"].as_bool() == Some(true) {
+            " plus uncommitted changes"
+        } else {
+            ""
+        },
+        text(m, "cores"),
+        if virtualized { "vCPU" } else { "core" },
+        text(m, "cpu"),
+        if virtualized {
+            "virtual machine"
+        } else {
+            "machine"
+        },
+        text(&results["run"], "rounds"),
+    );
+    let mut s = wrap(&caption, 96);
+    s.push('\n');
+    let names: Vec<&str> = README_PEERS.iter().map(|(_, name)| *name).collect();
+    let _ = writeln!(
+        s,
+        "| scenario | ringbus | {} |\n|---|---:|{}",
+        names.join(" | "),
+        "---:|".repeat(names.len())
+    );
+    let find = |sc: &str, sys: &str| all.iter().find(|r| r.scenario == sc && r.system == sys);
+    for (sc, label) in README_ROWS {
+        let ringbus = find(sc, "ringbus").map_or("-".into(), |r| fmt_ns(r.median));
+        let cells: Vec<String> = README_PEERS
+            .iter()
+            .map(|(peer, _)| match find(sc, peer).and_then(|r| r.ratio) {
+                Some((m, lo, hi)) => {
+                    format!("{} [{} – {}]", fmt_ratio(m), fmt_ratio(lo), fmt_ratio(hi))
+                }
+                None => "-".into(),
+            })
+            .collect();
+        let _ = writeln!(s, "| {label} | {ringbus} | {} |", cells.join(" | "));
+    }
+    s.push('\n');
+    s
+}
+
+/// `text` with its spaces turned into line breaks where a line would pass `width` characters,
+/// never inside brackets (`[min – max]` stays on one line); each line ends with `\n`.
+fn wrap(text: &str, width: usize) -> String {
+    let mut units: Vec<String> = Vec::new();
+    let mut open = false;
+    for word in text.split_whitespace() {
+        match units.last_mut() {
+            Some(unit) if open => {
+                unit.push(' ');
+                unit.push_str(word);
+            }
+            _ => units.push(word.to_string()),
+        }
+        if word.contains('[') {
+            open = true;
+        }
+        if word.contains(']') {
+            open = false;
+        }
+    }
+    let mut out = String::new();
+    let mut line = 0;
+    for unit in units {
+        let n = unit.chars().count();
+        if line > 0 && line + 1 + n > width {
+            out.push('\n');
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(&unit);
+        line += n;
+    }
+    out.push('\n');
+    out
+}
+
+/// Replaces what lies between the line that starts with `<!-- {marker}` and the marker
+/// `<!-- /{marker} -->` of the file at `path` by `body`, keeping both marker lines; false if
+/// the file lacks them. Rewrites the file only if that changes it.
+fn update_between_markers(path: &Path, marker: &str, body: &str) -> std::io::Result<bool> {
+    let page = std::fs::read_to_string(path)?;
+    let (start, end) = (format!("<!-- {marker}"), format!("<!-- /{marker} -->"));
+    let Some(a) = page.find(&start) else {
+        return Ok(false);
+    };
+    // The body starts on the line after the start marker's.
+    let Some(a) = page[a..].find('\n').map(|n| a + n + 1) else {
+        return Ok(false);
+    };
+    let Some(b) = page[a..].find(&end).map(|n| a + n) else {
+        return Ok(false);
+    };
+    let updated = format!("{}{body}{}", &page[..a], &page[b..]);
+    if updated != page {
+        std::fs::write(path, updated)?;
+    }
+    Ok(true)
 }
 
 /// Every scenario in one table: ringbus's median and each peer's ratio.
@@ -1111,7 +1279,7 @@ fn conclusions(all: &[Row]) -> String {
          `send` and `recv` spend no tokio cooperative budget; ringbus's publishes and \
          subscribers do (guarantee 11), as tokio's own channels do. Without its budget \
          ringbus ran up to twice as fast in the many-publisher rows, and still behind kanal: \
-         see `bus.md`, \"what guarantee 11 costs\".\n\
+         see [the bus notes](../notes/bus-2026-12.md), \"what guarantee 11 costs\".\n\
          - **Not covered:** latency under load (see the latency table and `latency.md`), \
          machines with more cores (where readers and writers stop time-sharing), message \
          types other than `u64`, and the cost of the handlers themselves (they only count).\n",
