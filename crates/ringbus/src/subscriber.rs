@@ -396,8 +396,14 @@ impl SubShared {
     /// has not handled: none past its `unsubscribe`'s cut, which the stats' lag and a bounded
     /// close's report both count up to.
     pub(crate) fn owed(&self, published: u64) -> u64 {
+        self.owed_from(self.position(), published)
+    }
+
+    /// [`owed`](Self::owed) by the task itself, which knows its `position` before it stores
+    /// it (for the lag gauge).
+    fn owed_from(&self, position: u64, published: u64) -> u64 {
         let cut = self.cut.load(Ordering::Acquire);
-        published.min(cut).saturating_sub(self.position())
+        published.min(cut).saturating_sub(position)
     }
 
     pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
@@ -1100,8 +1106,12 @@ macro_rules! handle_loop {
                     // Released at once, as a `ReadGuard` would: a waiting publisher has its room
                     // as soon as the slowest subscriber is done with a message.
                     batch.release(1);
+                    let lag = || {
+                        let position = sub.start + handled + 1;
+                        sub.owed_from(position, position + batch.lag())
+                    };
                     sub.metrics
-                        .handled(began, 1, || Outcome::of(&failure), || batch.lag());
+                        .handled(began, 1, || Outcome::of(&failure), lag);
                     if called == Called::Failed {
                         if let Some(failure) = failure.take() {
                             let $of = &span;
@@ -1204,8 +1214,9 @@ where
                 return;
             }
             drop(batch);
+            let lag = || sub.owed_from(reader.position(), reader.position() + reader.lag());
             sub.metrics
-                .handled(began, len, || Outcome::of(&failure), || reader.lag());
+                .handled(began, len, || Outcome::of(&failure), lag);
             if called == Called::Failed {
                 if let Some(failure) = failure.take() {
                     sub.record(failure, span.as_ref(), sub.start + handled, len);

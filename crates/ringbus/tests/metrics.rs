@@ -276,6 +276,49 @@ async fn unrouted_full_and_cancelled_publishes_are_counted() {
     assert_eq!(recorder.gauge("ringbus.subscriber.lag", &slow), Some(0.0));
 }
 
+/// The lag gauge of a subscriber that is leaving counts only what was queued for it when it
+/// called `unsubscribe`, as `SubscriberStats::lag` does (issue 34): here it owes 0..4, and
+/// 4..9 land after the cut.
+#[tokio::test]
+async fn a_leaving_subscribers_lag_stops_at_its_cut() {
+    let recorder = recorder();
+    let bus = Bus::builder().capacity(16).build();
+    let hold = Arc::new(Semaphore::new(0));
+    let (tx, mut entered) = mpsc::unbounded_channel();
+    let held = hold.clone();
+    let sub = bus
+        .subscribe_with(
+            "metric-leaving",
+            SubscribeOptions::new().name("leaving"),
+            move |m: &u64| {
+                let (tx, held, m) = (tx.clone(), held.clone(), *m);
+                async move {
+                    let _ = tx.send(m);
+                    held.acquire().await.unwrap().forget();
+                }
+            },
+        )
+        .unwrap();
+    for m in 0..4u64 {
+        bus.publish("metric-leaving", m).await.unwrap();
+    }
+    let mut leaving = tokio_test::task::spawn(sub.unsubscribe());
+    tokio_test::assert_pending!(leaving.poll()); // the cut
+    for m in 4..9u64 {
+        bus.publish("metric-leaving", m).await.unwrap();
+    }
+    hold.add_permits(2);
+    for m in 0..3 {
+        assert_eq!(entered.recv().await, Some(m));
+    }
+    // As of its last handler call (on 1): 2 and 3 left.
+    let labels = [(TOPIC, "metric-leaving"), (SUBSCRIPTION, "leaving")];
+    assert_eq!(recorder.gauge("ringbus.subscriber.lag", &labels), Some(2.0));
+    hold.add_permits(2);
+    leaving.await;
+    bus.close().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_detached_subscriber_is_counted() {
     let recorder = recorder();
