@@ -11,7 +11,7 @@
 //! Per-message cost is the slope between two message counts (`N` and `2N`), so start-up
 //! (runtime, allocation of the ring, spawning) drops out. Everything runs on one thread (a
 //! current-thread tokio runtime for the bus), so the instruction counts do not depend on
-//! scheduling. The gate fails when a scenario's instructions per message rise more than 3 %
+//! scheduling. The gate fails when a scenario's instructions per message rise more than 10 %
 //! over the baseline, or its allocations per message rise at all.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -90,8 +90,9 @@ const SCENARIOS: &[(&str, &str)] = &[
 
 /// Messages for the first count; the second is twice as many.
 const N: u64 = 20_000;
-/// Instructions may rise this much (relative) before the gate fails.
-const TOLERANCE: f64 = 0.03;
+/// Instructions may rise this much (relative) before the gate fails. The gate catches
+/// regressions; it is not meant to choose the code's shape, so small moves pass.
+const TOLERANCE: f64 = 0.10;
 /// The baseline, as the messages name it (relative to the workspace root).
 const BASELINE: &str = "docs/benchmarks/cost.json";
 /// The baseline's file, wherever the gate is run from.
