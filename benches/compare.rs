@@ -1,11 +1,13 @@
 //! The side-by-side comparison runner: every scenario of the suite's benchmark rules for
 //! `ringbus` and each peer, in interleaved rounds, with results published as
-//! `docs/benchmarks/results.json` and the page `docs/benchmarks/README.md` rendered from it.
+//! `docs/benchmarks/results.json`, the page `docs/benchmarks/README.md` rendered from it, and the
+//! README's headline table.
 //!
 //! ```text
 //! just bench                 full run (under 10 min on 2 cores): writes docs/benchmarks/
 //! just bench quick           5 rounds, fewer messages (under 3 min): writes target/tmp/compare-quick/
-//! just bench render          redraws docs/benchmarks/README.md and *.svg from results.json
+//! just bench render          redraws docs/benchmarks/README.md, *.svg and the README's headline
+//!                            table from results.json
 //! just bench publish/10 ...  only the scenarios whose name contains one of the words
 //!                            (written to target/tmp/compare-partial/)
 //! Run without `--bench` (as `cargo test --benches` does), it makes one tiny round of every
