@@ -45,6 +45,11 @@ plant-bugs *words:
 lint:
     bash .ci/run lint
 
+# The module graph of a crate (who uses whom, and any circle); CI checks each crate that has a
+# LAYERS file against it.
+layers crate="crates/ringbus":
+    python3 scripts/layers.py {{crate}} --graph
+
 # Every scenario, ringbus beside each peer in interleaved rounds; writes docs/benchmarks/results.json
 # and README.md (RUSTFLAGS cleared so figures are reproducible). `just bench quick`: under 3 minutes,
 # written to target/tmp/compare-quick/. `just bench render`: redraw the page from results.json.
