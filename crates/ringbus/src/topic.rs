@@ -17,7 +17,7 @@
 //!
 //! Every publish of one message, by name or through a handle, with or without a receipt,
 //! takes one route, `TopicInner::publish_one`; `publish_batch` takes chunks of what fits.
-//! Both lock the writer the same way (`lock_now`, else `lock_wait`) and wait for room in one
+//! Both lock the writer the same way (`admit`, else `admit_wait`) and wait for room in one
 //! place, `wait_room`, which is where the guarantees of order (the lock is held across the
 //! wait), all-or-nothing (a publish that gives up there has written nothing) and
 //! backpressure live. A message published alone enters the ring through `write`, whichever
@@ -81,7 +81,7 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
     /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
     /// that every publish from outside the handlers that passed its closed check (made
-    /// holding the writer: see `lock_now`) has made its message visible.
+    /// holding the writer: see `admit`) has made its message visible.
     fn wait_publishers(
         &self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
@@ -233,7 +233,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// 2. refused at once if the bus refuses it or `ctx` is done (`refused`);
     /// 3. one unit of the task's budget spent, holding nothing, so that a yield holds no
     ///    lock (see `coop`);
-    /// 4. the writer locked (`lock_now`, else `lock_wait`), the bus's closed check made
+    /// 4. the writer locked (`admit`, else `admit_wait`), the bus's closed check made
     ///    holding it, and a publish to a topic without subscribers counted (or refused:
     ///    `unrouted`);
     /// 5. `hold` run, and the parent span `ctx` gives registered (see `parent`), holding the
@@ -262,9 +262,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         }
         // Yields here, holding nothing, once the task's budget is spent.
         coop::proceed().await;
-        let locked = match this.lock_now() {
+        let locked = match this.admit() {
             Ok(Some(guard)) => Ok(guard),
-            Ok(None) => this.lock_wait(ctx).await,
+            Ok(None) => this.admit_wait(ctx).await,
             Err(refused) => Err(refused),
         };
         let mut guard = match locked {
@@ -338,7 +338,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             self.metrics.full();
             return Err(PublishError::Full(msg));
         };
-        // Under the writer, as in `lock_now`.
+        // Under the writer, as in `admit`.
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
@@ -405,9 +405,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 coop::proceed().await;
                 credit = coop::PER_UNIT;
             }
-            let locked = match self.lock_now() {
+            let locked = match self.admit() {
                 Ok(Some(guard)) => Ok(guard),
-                Ok(None) => self.lock_wait(ctx).await,
+                Ok(None) => self.admit_wait(ctx).await,
                 Err(refused) => Err(refused),
             };
             let mut guard = match locked {
@@ -498,18 +498,18 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// Takes the writer if it is free (`Ok(Some)`), refusing if the bus now refuses the
-    /// publish; `Ok(None)`: the writer is taken, wait for it with `lock_wait`. Every async
+    /// publish; `Ok(None)`: the writer is taken, wait for it with `admit_wait`. Every async
     /// publish goes through here, after `refused`. Two halves, so that a publish that finds
     /// the writer free runs no second state machine.
     ///
-    /// The closed check that counts is made holding the writer, here and in `lock_wait`:
+    /// The closed check that counts is made holding the writer, here and in `admit_wait`:
     /// `close` passes through every writer once after it set `closed` (`wait_publishers`),
     /// so a publisher from outside the handlers that got in before has made its message
     /// visible by then, and one that comes after sees `closed`. (Checked before the writer
     /// only, a publisher could pass the check, stall, and write after the drain had found
     /// everything handled: its message then reached no chained topic.)
     #[inline]
-    fn lock_now(&self) -> Result<Option<Guard<'_, T>>, Refused> {
+    fn admit(&self) -> Result<Option<Guard<'_, T>>, Refused> {
         self.writer
             .try_lock_unless(|| self.state.refuses())
             .map_err(|_| Refused::Closed)
@@ -522,7 +522,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// and being woken by the unlock would cost a task switch per contended publish. Only a
     /// parked holder (the ring is full), one on this thread, or a queue already waiting (first
     /// come, first served) is waited for asleep, in the lock's queue.
-    async fn lock_wait(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
+    async fn admit_wait(&self, ctx: &Context) -> Result<Guard<'_, T>, Refused> {
         let guard = if let Some(guard) = self.writer.lock_if_running() {
             guard
         } else if ctx.is_never() {
