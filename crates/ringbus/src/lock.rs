@@ -25,7 +25,7 @@
 //! A holder is always in one of two states, and the lock records which:
 //!
 //! - **Running**: it executes synchronous code on one thread, recorded in `owner`, and lets go
-//!   before its task next suspends. That code is a few instructions of the topic's (a room
+//!   before its task next suspends. That code is a short stretch of the topic's (a room
 //!   check, slot writes, a cursor store), plus what the bus runs for the user there: the
 //!   `Drop` of a message whose slot is reused, a `publish_batch` iterator's `next`.
 //! - **Parked** (`PARKED` set, through [`WriterGuard::park`]): its task is suspended holding
@@ -187,8 +187,8 @@ impl<T> WriterLock<T> {
             {
                 return None;
             }
-            // The holder is running on another thread: it lets go within its few
-            // instructions, unless its thread is preempted, so spin a little, then give the
+            // The holder is running on another thread: it lets go within its short critical
+            // section, unless its thread is preempted, so spin a little, then give the
             // CPU away (on a machine with fewer cores than threads, possibly to the holder).
             if spins < SPINS {
                 for _ in 0..1 << spins.min(6) {
@@ -273,7 +273,11 @@ impl<T> fmt::Debug for WriterLock<T> {
     }
 }
 
-/// Future of [`WriterLock::lock`].
+/// Future of [`WriterLock::lock`]: a place in the lock's queue of wakers.
+///
+/// Written by hand rather than as an `async fn`, as tokio writes its semaphore's `Acquire`:
+/// its `Drop` is part of the lock's protocol (leave the queue, or pass on a wake-up it was
+/// given), and it needs its key from one poll to the next.
 pub(crate) struct Lock<'a, T> {
     lock: &'a WriterLock<T>,
     /// Our key in the queue while we may be in it.

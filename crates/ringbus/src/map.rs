@@ -103,9 +103,8 @@ pub(crate) const MAX_SHARDS: usize = 1 << 16;
 /// A grow-only map from topic names to `V`, sharded by hash.
 #[derive(Debug)]
 pub(crate) struct TopicMap<V> {
-    /// A power of two of them, so that picking one is a mask, not a division (a `div` on
-    /// every lookup by name: 13 of a publish's instructions in the cost gate, and tens of
-    /// cycles of latency).
+    /// A power of two of them, so that picking one is a mask, not a division: every lookup
+    /// by name picks a shard, and a division is slow on that path.
     shards: Box<[Shard<V>]>,
     /// `shards.len() - 1`.
     shard_mask: usize,
