@@ -9,11 +9,11 @@
 //! the handler's future; a failed call records `error` or `panic` on it. A publish that waits
 //! for room records a `DEBUG` event with the time it waited (`waited`); one that is cancelled
 //! records one with the time it had waited when it was. With nobody listening at `DEBUG`, a
-//! handler call makes no span at all: a one-message subscriber task looks at tracing's level
-//! ([`spans_wanted`]) only where it would wait, and runs a copy of its loop without span code
-//! until then (`subscriber::run`); a batch subscriber looks once per batch
-//! ([`span_if_wanted`]). With a subscriber that wants `DEBUG` but not this span, the
-//! callsite's cached interest answers and, again, the call runs without a span. The events are made on the waiting paths only. The costs, measured:
+//! handler call makes no span at all: a subscriber task looks at tracing's level
+//! ([`spans_wanted`]) only where it would wait, and runs the plain form of its loop, without
+//! span code, until then (`subscriber::run_loop`). With a subscriber that wants `DEBUG` but
+//! not this span, the callsite's cached interest answers and, again, the call runs without a
+//! span. The events are made on the waiting paths only. The costs, measured:
 //! `docs/benchmarks/observability.md`.
 //!
 //! # Metrics (feature `metrics`)
@@ -59,14 +59,6 @@ use crate::subscriber::SubShared;
 pub(crate) fn spans_wanted() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     tracing::Level::DEBUG <= STATIC_MAX_LEVEL && tracing::Level::DEBUG <= LevelFilter::current()
-}
-
-/// The span `make` makes, if some subscriber wants it: `None` after the level check when
-/// nobody listens at `DEBUG`, or when the span's callsite is disabled. The task then runs
-/// the handler call without a span at all (see `subscriber::guarded_in`).
-#[inline(always)]
-pub(crate) fn span_if_wanted(make: impl FnOnce() -> Span) -> Option<Span> {
-    spans_wanted().then(make).filter(|span| !span.is_disabled())
 }
 
 /// The span `make` makes, for a caller that checked the level already ([`spans_wanted`]):

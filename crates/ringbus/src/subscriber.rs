@@ -21,6 +21,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
@@ -30,7 +31,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use ringbus_core::Reader;
+use ringbus_core::{self as ring, Reader};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Span;
@@ -667,26 +668,28 @@ fn poll_next<T>(
 /// messages are there it looks at nothing more than `next` does. (A wrapper that noted each
 /// wait in a flag, and looked at the level after it, cost every delivery 7 instructions in
 /// the cost gate; returning a three-way answer instead of a `bool`, 8.)
-fn next_or_switch<'a, const TRACED: bool, T>(
+fn next_or_switch<'a, R: Trace, T>(
     reader: &'a mut Reader<T>,
     sub: &'a SubShared,
     switched: &'a mut bool,
-) -> NextOrSwitch<'a, T, TRACED> {
+) -> NextOrSwitch<'a, T, R> {
     NextOrSwitch {
         reader,
         sub,
         switched,
+        trace: PhantomData,
     }
 }
 
 /// The future of [`next_or_switch`].
-struct NextOrSwitch<'a, T, const TRACED: bool> {
+struct NextOrSwitch<'a, T, R> {
     reader: &'a mut Reader<T>,
     sub: &'a SubShared,
     switched: &'a mut bool,
+    trace: PhantomData<fn() -> R>,
 }
 
-impl<T, const TRACED: bool> Future for NextOrSwitch<'_, T, TRACED> {
+impl<T, R: Trace> Future for NextOrSwitch<'_, T, R> {
     type Output = bool;
 
     #[inline(always)]
@@ -695,9 +698,10 @@ impl<T, const TRACED: bool> Future for NextOrSwitch<'_, T, TRACED> {
             reader,
             sub,
             switched,
+            ..
         } = self.get_mut();
         poll_next(reader, sub, cx, || {
-            let switch = observe::spans_wanted() != TRACED;
+            let switch = observe::spans_wanted() != R::TRACED;
             **switched = switch;
             switch
         })
@@ -739,7 +743,7 @@ where
 /// (the caller records a failure on it afterwards).
 ///
 /// A function of its own, called only when some subscriber wants the span
-/// (`observe::span_if_wanted`): entering a span in `guarded`, even a disabled one, cost every
+/// (the traced form of the loop): entering a span in `guarded`, even a disabled one, cost every
 /// delivery 6 to 40 instructions in the cost gate, whoever listened.
 async fn guarded_in<C, F>(
     call: C,
@@ -934,17 +938,7 @@ fn detach(sub: &SubShared) {
     );
 }
 
-/// The task of a one-message-at-a-time subscriber.
-///
-/// Whether handler calls get a span (some tracing subscriber listens at `DEBUG`: see
-/// `observe`) is decided where the task would wait, not per message: the task runs one of
-/// two copies of its loop, [`handle_plain`] (no span code at all) or [`handle_traced`], and
-/// looks at tracing's level only when it finds no message or has spent tokio's budget (at
-/// most 128 messages); if the level asks for the other copy, it goes there instead of
-/// waiting. So a message that is there costs no level check (2 instructions a delivery above
-/// a build without span code, in the cost gate; 15 when the level was checked per message). A tracing subscriber installed
-/// while the task waits, or while it keeps finding messages, is seen at its next wait: the
-/// messages until then run as before (`tests/spans_switch.rs`).
+/// The task of a one-message-at-a-time subscriber: [`run_loop`] with one message a call.
 pub(crate) fn run<T, H>(
     reader: Reader<T>,
     handler: H,
@@ -954,9 +948,45 @@ where
     T: Send + Sync + 'static,
     H: Handler<T>,
 {
+    run_loop(reader, One(handler), sub)
+}
+
+/// The task of a batch subscriber: [`run_loop`] with what one look found in one call.
+pub(crate) fn run_batch<T, H>(
+    reader: Reader<T>,
+    handler: H,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    T: Send + Sync + 'static,
+    H: BatchHandler<T>,
+{
+    run_loop(reader, Many(handler), sub)
+}
+
+/// The task of a subscriber: [`handle`] in its plain or its traced form, switching between
+/// them where the task would wait.
+///
+/// Whether handler calls get a span (some tracing subscriber listens at `DEBUG`: see
+/// `observe`) is decided where the task would wait, not per call: the task runs
+/// `handle::<_, _, Plain>` (no span code at all) or `handle::<_, _, Traced>`, and looks at
+/// tracing's level only when it finds no message or has spent tokio's budget; if the level
+/// asks for the other form, it goes there instead of waiting. So a message that is there
+/// costs no level check. A tracing subscriber installed while the task waits, or while it
+/// keeps finding messages, is seen at its next wait: the messages until then run as before
+/// (`tests/spans_switch.rs`).
+fn run_loop<T, D>(
+    reader: Reader<T>,
+    delivery: D,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    T: Send + Sync + 'static,
+    D: Delivery<T>,
+{
     // An `async` block over one `Running` made out here, not an `async fn`: an `async fn`
-    // keeps each argument twice in its future (as passed, and as the body's local), which
-    // made every task's future 104 bytes bigger (see `Stall` for why that matters).
+    // keeps each argument twice in its future (as passed, and as the body's local), and every
+    // task's future would carry the copies (see `Stall` for why its size matters).
     let mut running = Running::new(reader, sub);
     async move {
         let mut handled = 0;
@@ -964,12 +994,15 @@ where
         loop {
             let Running { reader, sub, stall } = &mut running;
             let step = if traced {
-                // Boxed: the traced loop's future is 100 bytes bigger than the plain one's,
-                // and every task would carry it. One allocation each time the task takes the
-                // traced path (at its start, or when tracing's level changes).
-                Box::pin(handle_traced(reader, &handler, sub, stall, handled)).await
+                // Boxed: the traced loop's future is bigger than the plain one's, and every
+                // task would carry it. One allocation each time the task takes the traced
+                // path (at its start, or when tracing's level changes).
+                Box::pin(handle::<T, D, Traced>(
+                    reader, &delivery, sub, stall, handled,
+                ))
+                .await
             } else {
-                handle_plain(reader, &handler, sub, stall, handled).await
+                handle::<T, D, Plain>(reader, &delivery, sub, stall, handled).await
             };
             match step {
                 Step::Switch(now) => {
@@ -1032,200 +1065,266 @@ impl<T> Drop for Running<T> {
     }
 }
 
-/// Why [`handle_plain`] or [`handle_traced`] returned.
+/// Why [`handle`] returned.
 enum Step {
-    /// Where the task would wait, tracing's level asked for the other path; this many
-    /// messages handled in all.
+    /// Where the task would wait, tracing's level asked for the other form of the loop; this
+    /// many messages handled in all.
     Switch(u64),
     /// The subscriber is done: stopped, closed and drained, or detached.
     End,
 }
 
-/// The two copies of the loop of [`run`]: `$name` handles messages until the subscriber is
-/// done or, where it would wait, tracing's level asks for the other copy (`traced` says which
-/// this one is). `span` makes a call's span from the subscriber and the position (an
-/// `Option<Span>`, or `()` for none), `call` runs a call to how it ended ([`Called`]) from
-/// the call, the stall timeout, `&span` and the slot for its failure, `as_span` gives the
-/// span to record a failure on. Two functions rather than one generic over a `const bool`:
-/// the plain copy's state machine then does not even hold the traced call's future (with
-/// both in it, a change to the traced one moved the plain one's cost).
-macro_rules! handle_loop {
-    (
-        $(#[$doc:meta])*
-        $name:ident,
-        traced: $traced:expr,
-        span: |$sub:ident, $position:ident| $span:expr,
-        call: |$call:ident, $stall:ident, $in:ident, $failure:ident| $run:expr,
-        as_span: |$of:ident| $as_span:expr $(,)?
-    ) => {
-        $(#[$doc])*
-        #[inline(always)]
-        async fn $name<T, H>(
-            reader: &mut Reader<T>,
-            handler: &H,
-            sub: &SubShared,
-            stall: &mut Stall,
-            mut handled: u64,
-        ) -> Step
-        where
-            T: Send + Sync + 'static,
-            H: Handler<T>,
-        {
-            let mut switched = false;
-            // A failed call's details, taken out right after the call (see `Called`).
-            let mut failure: Option<Failure> = None;
-            while next_or_switch::<$traced, T>(reader, sub, &mut switched).await {
-                // What is there, up to the stop position, taken as one ring batch and released
-                // message by message (see `RUN`).
-                let stop_at = sub.stop_at.load(Ordering::Acquire);
-                let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
-                    continue; // lowered since `next` looked: `next` now says stop
-                };
-                let Ok(mut batch) = reader.try_recv_batch(limit.min(RUN as u64) as usize) else {
-                    continue;
-                };
-                loop {
-                    let Some(message) = batch.get(0) else {
-                        break;
-                    };
-                    let began = sub.metrics.clock();
-                    let call = || handler.call(message);
-                    let span = {
-                        let ($sub, $position) = (sub, sub.start + handled);
-                        $span
-                    };
-                    let called = {
-                        let ($call, $stall, $in, $failure) =
-                            (call, &mut *stall, &span, &mut failure);
-                        $run
-                    };
-                    if called == Called::Stalled {
-                        detach(sub);
-                        return Step::End;
-                    }
-                    // Released at once, as a `ReadGuard` would: a waiting publisher has its room
-                    // as soon as the slowest subscriber is done with a message.
-                    batch.release(1);
-                    let lag = || {
-                        let position = sub.start + handled + 1;
-                        sub.owed_from(position, position + batch.lag())
-                    };
-                    sub.metrics
-                        .handled(began, 1, || Outcome::of(&failure), lag);
-                    if called == Called::Failed {
-                        if let Some(failure) = failure.take() {
-                            let $of = &span;
-                            sub.record(failure, $as_span, sub.start + handled, 1);
-                        }
-                    }
-                    handled += 1;
-                    sub.handled.store(handled, Ordering::Release); // pairs with `position`
-                    sub.bus.progressed();
-                    // The next message, if the task may go on: not past the stop position (a
-                    // bounded close lowers it to 0), and a unit of budget for it, as `next`
-                    // spends (refused: the task was woken, and yields at `next`).
-                    if sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
-                        || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
-                    {
-                        break;
-                    }
-                }
-                // The rest is read again.
-                batch.truncate(0);
-            }
-            if switched {
-                Step::Switch(handled)
-            } else {
-                Step::End
-            }
-        }
-    };
+/// How a subscriber hands what it takes from the ring to its handler: one message a call
+/// ([`One`]) or all that one look found in one call ([`Many`]).
+trait Delivery<T>: Send + Sync + 'static {
+    /// The messages of one handler call, borrowed from the ring batch.
+    type Messages<'a>: Send
+    where
+        T: 'a;
+
+    /// True if one call takes the whole ring batch; false if the batch is handed out one
+    /// message a call, the budget spent message by message.
+    const WHOLE: bool;
+
+    /// How many of the `limit` messages left before the stop position to take from the ring
+    /// at once (at least one: the task's first unit of budget pays for it).
+    fn take(reader: &Reader<T>, limit: u64, cx: &mut std::task::Context<'_>) -> usize;
+
+    /// The messages of the next call, and how many they are: `None` once `batch` is empty.
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(Self::Messages<'a>, u64)>;
+
+    /// How many messages the next call takes from `batch` (not empty).
+    fn len(batch: &ring::Batch<'_, T>) -> u64;
+
+    /// Makes the handler's call on `messages`.
+    fn call<'a>(
+        &'a self,
+        messages: Self::Messages<'a>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
+
+    /// The `ringbus.handle` span of a call on the `len` messages from `position` on.
+    fn span(sub: &SubShared, position: u64, len: u64) -> Span;
 }
 
-handle_loop!(
-    /// The loop of [`run`] with no span code: nobody listens at `DEBUG`.
-    handle_plain,
-    traced: false,
-    span: |_sub, _position| (),
-    call: |call, stall, _span, failure| guarded(call, stall, failure).await,
-    as_span: |_span| None,
-);
+/// One message a handler call ([`Handler`]).
+struct One<H>(H);
 
-handle_loop!(
-    /// The loop of [`run`] with a `ringbus.handle` span per handler call (when the span's
-    /// callsite is enabled: a subscriber may want `DEBUG` but not ours).
-    handle_traced,
-    traced: true,
-    span: |sub, position| observe::span_if_enabled(|| observe::handle_span(sub, position)),
-    call: |call, stall, span, failure| match span {
-        None => guarded(call, stall, failure).await,
-        Some(span) => guarded_in(call, stall, span, failure).await,
-    },
-    as_span: |span| span.as_ref(),
-);
+impl<T: Send + Sync + 'static, H: Handler<T>> Delivery<T> for One<H> {
+    type Messages<'a>
+        = &'a T
+    where
+        T: 'a;
 
-/// The task of a batch subscriber.
-pub(crate) fn run_batch<T, H>(
-    reader: Reader<T>,
-    handler: H,
-    sub: Arc<SubShared>,
-) -> impl Future<Output = ()> + Send + 'static
+    const WHOLE: bool = false;
+
+    #[inline]
+    fn take(_: &Reader<T>, limit: u64, _: &mut std::task::Context<'_>) -> usize {
+        limit.min(RUN as u64) as usize
+    }
+
+    #[inline]
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(&'a T, u64)> {
+        batch.get(0).map(|message| (message, 1))
+    }
+
+    #[inline]
+    fn len(_: &ring::Batch<'_, T>) -> u64 {
+        1
+    }
+
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        message: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.0.call(message)
+    }
+
+    #[inline]
+    fn span(sub: &SubShared, position: u64, _: u64) -> Span {
+        observe::handle_span(sub, position)
+    }
+}
+
+/// Every message one look found, in one handler call ([`BatchHandler`]).
+struct Many<H>(H);
+
+impl<T: Send + Sync + 'static, H: BatchHandler<T>> Delivery<T> for Many<H> {
+    type Messages<'a>
+        = Batch<'a, T>
+    where
+        T: 'a;
+
+    const WHOLE: bool = true;
+
+    /// What is there, up to `limit`, and as much of it as the budget pays for: the task's
+    /// first unit (spent by `next`) pays for the first `PER_UNIT` messages; the rest is paid
+    /// here (see `coop`). The reader's lag is at least 1 here: `next` saw a message, and the
+    /// writer's cursor only grows.
+    #[inline]
+    fn take(reader: &Reader<T>, limit: u64, cx: &mut std::task::Context<'_>) -> usize {
+        let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
+        let more = limit.saturating_sub(coop::PER_UNIT);
+        limit.min(coop::PER_UNIT + coop::pay_for(cx, more))
+    }
+
+    #[inline]
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(Batch<'a, T>, u64)> {
+        let (first, second) = batch.as_slices();
+        (!batch.is_empty()).then_some((Batch { first, second }, batch.len() as u64))
+    }
+
+    #[inline]
+    fn len(batch: &ring::Batch<'_, T>) -> u64 {
+        batch.len() as u64
+    }
+
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.0.call(batch)
+    }
+
+    fn span(sub: &SubShared, position: u64, len: u64) -> Span {
+        observe::batch_span(sub, position, len)
+    }
+}
+
+/// Whether the loop makes a `ringbus.handle` span per handler call: [`Plain`] has no span
+/// code at all, [`Traced`] makes the span when its callsite is enabled (a tracing subscriber
+/// may want `DEBUG` but not ours). Two types rather than a flag, so the plain loop's state
+/// machine does not even hold the traced call's future.
+trait Trace {
+    /// What `observe::spans_wanted` says while this form is the right one.
+    const TRACED: bool;
+
+    /// A call's span, if it has one.
+    type Span;
+
+    /// The span `make` makes, if this form makes spans and its callsite is enabled.
+    fn span(make: impl FnOnce() -> Span) -> Self::Span;
+
+    /// The span to record a failure on.
+    fn as_span(span: &Self::Span) -> Option<&Span>;
+}
+
+/// The loop without spans: nobody listens at `DEBUG`.
+struct Plain;
+
+impl Trace for Plain {
+    const TRACED: bool = false;
+    type Span = ();
+
+    #[inline]
+    fn span(_: impl FnOnce() -> Span) {}
+
+    #[inline]
+    fn as_span(_: &()) -> Option<&Span> {
+        None
+    }
+}
+
+/// The loop with a `ringbus.handle` span per handler call.
+struct Traced;
+
+impl Trace for Traced {
+    const TRACED: bool = true;
+    type Span = Option<Span>;
+
+    #[inline]
+    fn span(make: impl FnOnce() -> Span) -> Option<Span> {
+        observe::span_if_enabled(make)
+    }
+
+    #[inline]
+    fn as_span(span: &Option<Span>) -> Option<&Span> {
+        span.as_ref()
+    }
+}
+
+/// The subscriber's loop: handles messages until the subscriber is done or, where it would
+/// wait, tracing's level asks for the other form (`R`) of the loop.
+///
+/// Each turn takes what is there, up to the stop position, as one ring batch ([`RUN`] at most
+/// for one-message calls), hands it to the handler as `D` says, and releases each call's
+/// messages as soon as that call is done, as a `ReadGuard` would: a waiting publisher has its
+/// room as soon as the slowest subscriber is done with a message.
+async fn handle<T, D, R>(
+    reader: &mut Reader<T>,
+    delivery: &D,
+    sub: &SubShared,
+    stall: &mut Stall,
+    mut handled: u64,
+) -> Step
 where
     T: Send + Sync + 'static,
-    H: BatchHandler<T>,
+    D: Delivery<T>,
+    R: Trace,
 {
-    // As `run`: one `Running`, the reader dropped before the subscriber is marked ended.
-    let mut running = Running::new(reader, sub);
-    async move {
-        let Running { reader, sub, stall } = &mut running;
-        let reader: &mut Reader<T> = reader;
-        let sub: &SubShared = sub;
-        let mut handled = 0;
-        let mut failure: Option<Failure> = None;
-        while next(reader, sub).await {
-            // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
-            // position (its `published()` was read before we got this far): then stop, as `next`
-            // would, rather than underflow or hand the handler an empty batch.
-            let stop_at = sub.stop_at.load(Ordering::Acquire);
-            let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+    let mut switched = false;
+    // A failed call's details, taken out right after the call (see `Called`).
+    let mut failure: Option<Failure> = None;
+    while next_or_switch::<R, T>(reader, sub, &mut switched).await {
+        // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
+        // position: then `next` says stop, rather than this underflow or hand out nothing.
+        let stop_at = sub.stop_at.load(Ordering::Acquire);
+        let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+            continue;
+        };
+        let take = poll_fn(|cx| Poll::Ready(D::take(reader, limit, cx))).await;
+        let Ok(mut batch) = reader.try_recv_batch(take) else {
+            continue;
+        };
+        loop {
+            let Some((messages, len)) = D::messages(&batch) else {
                 break;
             };
-            // `next` paid for the first `PER_UNIT` messages; pay for the rest of what is there
-            // (at most what the budget allows: see `coop`). `lag` is at least 1 here: `next`
-            // saw a message, and the writer's cursor it reads only grows.
-            let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
-            let more = limit.saturating_sub(coop::PER_UNIT);
-            let paid = coop::PER_UNIT + poll_fn(|cx| Poll::Ready(coop::pay_for(cx, more))).await;
-            let Ok(batch) = reader.try_recv_batch(limit.min(paid)) else {
-                continue;
-            };
-            let (first, second) = batch.as_slices();
-            let len = batch.len() as u64;
             let began = sub.metrics.clock();
-            let call = || handler.call(Batch { first, second });
-            let span =
-                observe::span_if_wanted(|| observe::batch_span(sub, sub.start + handled, len));
-            let called = match &span {
+            let span = R::span(|| D::span(sub, sub.start + handled, len));
+            let call = || delivery.call(messages);
+            let called = match R::as_span(&span) {
                 None => guarded(call, stall, &mut failure).await,
                 Some(span) => guarded_in(call, stall, span, &mut failure).await,
             };
             if called == Called::Stalled {
                 detach(sub);
-                return;
+                return Step::End;
             }
-            drop(batch);
-            let lag = || sub.owed_from(reader.position(), reader.position() + reader.lag());
+            let len = D::len(&batch);
+            batch.release(len as usize);
+            let lag = || {
+                let position = sub.start + handled + len;
+                sub.owed_from(position, position + batch.lag())
+            };
             sub.metrics
                 .handled(began, len, || Outcome::of(&failure), lag);
             if called == Called::Failed {
                 if let Some(failure) = failure.take() {
-                    sub.record(failure, span.as_ref(), sub.start + handled, len);
+                    sub.record(failure, R::as_span(&span), sub.start + handled, len);
                 }
             }
             handled += len;
             sub.handled.store(handled, Ordering::Release); // pairs with `position`
             sub.bus.progressed();
+            // The next message of the batch, if the task may go on: not past the stop
+            // position (a bounded close lowers it to 0), and a unit of budget for it, as
+            // `next` spends (refused: the task was woken, and yields at `next`).
+            if D::WHOLE
+                || sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
+                || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
+            {
+                break;
+            }
         }
+        // The rest is read again.
+        batch.truncate(0);
+    }
+    if switched {
+        Step::Switch(handled)
+    } else {
+        Step::End
     }
 }
 
