@@ -55,7 +55,7 @@ use crate::subscriber::SubShared;
 /// compile-time and the current maximum level), a load and a compare. A subscriber that
 /// wants `DEBUG` but not ours then answers from its callsite's cached interest
 /// (`handle_span` returns `Span::none()`).
-#[inline(always)]
+#[inline]
 pub(crate) fn spans_wanted() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     tracing::Level::DEBUG <= STATIC_MAX_LEVEL && tracing::Level::DEBUG <= LevelFilter::current()
@@ -63,7 +63,7 @@ pub(crate) fn spans_wanted() -> bool {
 
 /// The span `make` makes, for a caller that checked the level already ([`spans_wanted`]):
 /// `None` when the span's callsite is disabled.
-#[inline(always)]
+#[inline]
 pub(crate) fn span_if_enabled(make: impl FnOnce() -> Span) -> Option<Span> {
     Some(make()).filter(|span| !span.is_disabled())
 }
@@ -87,7 +87,7 @@ macro_rules! handle_span {
 /// The `ringbus.handle` span of one handler call on the message at `position`: a child of
 /// the span its publish gave (`Context::with_parent`, see `parent`), else of the current
 /// one. Disabled, a `Span::none()`.
-#[inline(always)]
+#[inline]
 pub(crate) fn handle_span(sub: &SubShared, position: u64) -> Span {
     if sub.parents.outstanding() {
         return parented_span(sub, position, None);
@@ -97,7 +97,7 @@ pub(crate) fn handle_span(sub: &SubShared, position: u64) -> Span {
 
 /// The `ringbus.handle` span of one batch handler call on the `messages` messages from
 /// `position` on: a child of the first parent given to their publishes, if any.
-#[inline(always)]
+#[inline]
 pub(crate) fn batch_span(sub: &SubShared, position: u64, messages: u64) -> Span {
     if sub.parents.outstanding() {
         return parented_span(sub, position, Some(messages));
@@ -346,21 +346,21 @@ mod disabled {
     pub(crate) struct TopicMetrics;
 
     impl TopicMetrics {
-        #[inline(always)]
+        #[inline]
         pub(crate) fn new(_: &str) -> Self {
             Self
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn published(&self, _: u64) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn unrouted(&self, _: u64) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn full(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn cancelled(&self) {}
     }
 
@@ -373,17 +373,17 @@ mod disabled {
     pub(crate) struct Clock;
 
     impl SubMetrics {
-        #[inline(always)]
+        #[inline]
         pub(crate) fn new(_: &str, _: &SubName) -> Self {
             Self
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn clock(&self) -> Clock {
             Clock
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn handled(
             &self,
             _: Clock,
@@ -393,16 +393,16 @@ mod disabled {
         ) {
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn error(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn panic(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn detached(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn ended(&self) {}
     }
 }

@@ -21,7 +21,6 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::{poll_fn, Future};
-use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
@@ -592,43 +591,27 @@ impl Outcome {
     }
 }
 
-/// Waits until there is a message before the stop position (`true`), or the ring is closed
-/// and drained or the stop position is reached (`false`).
+/// Polls for a message before the stop position: `true` once there is one, `false` once the
+/// ring is closed and drained or the stop position is reached. The wait of a subscriber's
+/// loop ([`next_or_switch`]) and of a [`Stream`](crate::Stream).
 ///
 /// Spends one unit of the task's cooperative budget per message found (see `coop`). The
 /// unit is taken before looking, as tokio's channels do: with the budget spent, it yields
 /// rather than look, which also keeps a subscriber that yields from parking (and its
 /// publisher from waking it) when the publisher has yielded too. The unit is given back when
 /// there is no message (it then parks, which is a yield).
-///
-/// A hand-written future rather than an `async fn` over `poll_fn`: with the budget step in
-/// it, the compiler stopped inlining that closure into the subscriber's loop, which cost
-/// each delivery about 40 instructions in the cost gate.
-pub(crate) fn next<'a, T>(reader: &'a mut Reader<T>, sub: &'a SubShared) -> Next<'a, T> {
-    Next { reader, sub }
+pub(crate) fn poll_next<T>(
+    reader: &mut Reader<T>,
+    sub: &SubShared,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<bool> {
+    poll_next_or(reader, sub, cx, || false)
 }
 
-/// The future of [`next`] (a [`Stream`](crate::Stream) polls it in place).
-pub(crate) struct Next<'a, T> {
-    reader: &'a mut Reader<T>,
-    sub: &'a SubShared,
-}
-
-impl<T> Future for Next<'_, T> {
-    type Output = bool;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        let Next { reader, sub } = self.get_mut();
-        poll_next(reader, sub, cx, || false)
-    }
-}
-
-/// The poll of [`next`], and of [`next_or_switch`], which passes `switch`: asked only where
-/// the task would wait (no message, or its budget spent); `true` ends the wait before it
-/// begins, with `false` (no message).
-#[inline(always)]
-fn poll_next<T>(
+/// [`poll_next`], asking `switch` where the task would wait (no message, or its budget
+/// spent): `true` ends the wait before it begins, with `false` (no message).
+#[inline]
+fn poll_next_or<T>(
     reader: &mut Reader<T>,
     sub: &SubShared,
     cx: &mut std::task::Context<'_>,
@@ -663,49 +646,21 @@ fn poll_next<T>(
     }
 }
 
-/// [`next`] for the loops of [`run`]: where it would wait, it looks at tracing's level first and,
-/// if that asks for the other path, sets `switched` and says `false` (no message). While
-/// messages are there it looks at nothing more than `next` does. (A wrapper that noted each
-/// wait in a flag, and looked at the level after it, cost every delivery 7 instructions in
-/// the cost gate; returning a three-way answer instead of a `bool`, 8.)
+/// The wait of [`handle`]: where it would wait, it looks at tracing's level first and, if
+/// that asks for the other form of the loop (`R`), sets `switched` and says `false` (no
+/// message). While messages are there it looks at nothing more than [`poll_next`] does.
 fn next_or_switch<'a, R: Trace, T>(
     reader: &'a mut Reader<T>,
     sub: &'a SubShared,
     switched: &'a mut bool,
-) -> NextOrSwitch<'a, T, R> {
-    NextOrSwitch {
-        reader,
-        sub,
-        switched,
-        trace: PhantomData,
-    }
-}
-
-/// The future of [`next_or_switch`].
-struct NextOrSwitch<'a, T, R> {
-    reader: &'a mut Reader<T>,
-    sub: &'a SubShared,
-    switched: &'a mut bool,
-    trace: PhantomData<fn() -> R>,
-}
-
-impl<T, R: Trace> Future for NextOrSwitch<'_, T, R> {
-    type Output = bool;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        let NextOrSwitch {
-            reader,
-            sub,
-            switched,
-            ..
-        } = self.get_mut();
-        poll_next(reader, sub, cx, || {
+) -> impl Future<Output = bool> + 'a {
+    poll_fn(move |cx| {
+        poll_next_or(reader, sub, cx, || {
             let switch = observe::spans_wanted() != R::TRACED;
-            **switched = switch;
+            *switched = switch;
             switch
         })
-    }
+    })
 }
 
 /// Runs one handler call: `call` makes its future (a hand-written `Handler::call` may
@@ -722,19 +677,11 @@ where
         Ok(call) => call,
         Err(panic) => return Called::failed(failure, panic),
     };
-    let mut call = Caught {
-        call: pin!(call),
-        failure,
-    };
-    let first = poll_fn(|cx| Poll::Ready(Pin::new(&mut call).poll(cx))).await;
-    // The same `match` ends `guarded_in`: a shared `async fn` taking `first` and `call` cost
-    // every delivery about 40 instructions in the cost gate (`bus/publish10` +33 %).
-    match first {
+    let mut call = pin!(call);
+    let mut poll = |cx: &mut std::task::Context<'_>| poll_caught(call.as_mut(), failure, cx);
+    match poll_fn(|cx| Poll::Ready(poll(cx))).await {
         Poll::Ready(called) => called,
-        Poll::Pending => stall
-            .wait(Pin::new(&mut call))
-            .await
-            .unwrap_or(Called::Stalled),
+        Poll::Pending => stall.wait(poll_fn(poll)).await.unwrap_or(Called::Stalled),
     }
 }
 
@@ -742,9 +689,9 @@ where
 /// held across an await), as `tracing::Instrument` would, without taking the span by value
 /// (the caller records a failure on it afterwards).
 ///
-/// A function of its own, called only when some subscriber wants the span
-/// (the traced form of the loop): entering a span in `guarded`, even a disabled one, cost every
-/// delivery 6 to 40 instructions in the cost gate, whoever listened.
+/// A function of its own, called only by the traced form of the loop when the span is
+/// enabled: entering a span, even a disabled one, is not free, and the plain form pays
+/// nothing for spans.
 async fn guarded_in<C, F>(
     call: C,
     stall: &mut Stall,
@@ -755,8 +702,6 @@ where
     C: FnOnce() -> F,
     F: Future<Output = Result<(), HandlerError>>,
 {
-    // Entered by hand rather than with `Span::in_scope`, which the compiler stopped inlining
-    // here (26 instructions a delivery in the traced cost scenario).
     let made = {
         let _in_span = span.enter();
         std::panic::catch_unwind(AssertUnwindSafe(call))
@@ -765,20 +710,14 @@ where
         Ok(call) => call,
         Err(panic) => return Called::failed(failure, panic),
     };
-    let mut call = InSpan {
-        call: Caught {
-            call: pin!(call),
-            failure,
-        },
-        span,
+    let mut call = pin!(call);
+    let mut poll = |cx: &mut std::task::Context<'_>| {
+        let _in_span = span.enter();
+        poll_caught(call.as_mut(), failure, cx)
     };
-    let first = Once(&mut call).await;
-    match first {
+    match poll_fn(|cx| Poll::Ready(poll(cx))).await {
         Poll::Ready(called) => called,
-        Poll::Pending => stall
-            .wait(Pin::new(&mut call))
-            .await
-            .unwrap_or(Called::Stalled),
+        Poll::Pending => stall.wait(poll_fn(poll)).await.unwrap_or(Called::Stalled),
     }
 }
 
@@ -791,70 +730,25 @@ impl Called {
     }
 }
 
-/// A handler call's future, polled under a panic guard: `futures`' `CatchUnwind`, except
-/// that what leaves the guard is one byte (see [`Called`]), the failure going to `failure`.
-struct Caught<'a, F> {
-    call: Pin<&'a mut F>,
-    failure: &'a mut Option<Failure>,
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for Caught<'_, F> {
-    type Output = Called;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        let Caught { call, failure } = self.get_mut();
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| match call.as_mut().poll(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(Called::Done),
-            Poll::Ready(Err(error)) => {
-                **failure = Some(Failure::Err(error));
-                Poll::Ready(Called::Failed)
-            }
-            Poll::Pending => Poll::Pending,
-        }));
-        match polled {
-            Ok(poll) => poll,
-            Err(panic) => Poll::Ready(Called::failed(failure, panic)),
+/// Polls a handler call's future under a panic guard: `futures`' `CatchUnwind`, except that
+/// what leaves the guard is one byte (see [`Called`]), the failure going to `failure`.
+#[inline]
+fn poll_caught<F: Future<Output = Result<(), HandlerError>>>(
+    call: Pin<&mut F>,
+    failure: &mut Option<Failure>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Called> {
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| match call.poll(cx) {
+        Poll::Ready(Ok(())) => Poll::Ready(Called::Done),
+        Poll::Ready(Err(error)) => {
+            *failure = Some(Failure::Err(error));
+            Poll::Ready(Called::Failed)
         }
-    }
-}
-
-/// A handler call's future, polled in its span.
-///
-/// Hand-written futures rather than `poll_fn` closures, as `next` is: entering the span made
-/// the closure of the first poll too big to inline.
-struct InSpan<'a, F> {
-    call: Caught<'a, F>,
-    span: &'a Span,
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> InSpan<'_, F> {
-    #[inline(always)]
-    fn poll_in_span(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        let _in_span = self.span.enter();
-        Pin::new(&mut self.call).poll(cx)
-    }
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for InSpan<'_, F> {
-    type Output = Called;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        self.get_mut().poll_in_span(cx)
-    }
-}
-
-/// Polls an [`InSpan`] once, inline (no timer for handlers that finish at once): ready with
-/// what that poll returned.
-struct Once<'a, 'b, F>(&'b mut InSpan<'a, F>);
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for Once<'_, '_, F> {
-    type Output = Poll<Called>;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
-        Poll::Ready(self.get_mut().0.poll_in_span(cx))
+        Poll::Pending => Poll::Pending,
+    }));
+    match polled {
+        Ok(poll) => poll,
+        Err(panic) => Poll::Ready(Called::failed(failure, panic)),
     }
 }
 
@@ -882,7 +776,8 @@ impl Stall {
     /// spent the last of the task's budget, the timer is polled outside the budget (a timer
     /// polled with none left never fires, and a handler that spends its budget on every poll
     /// would never be timed out).
-    async fn wait<F: Future>(&mut self, mut call: Pin<&mut F>) -> Option<F::Output> {
+    async fn wait<F: Future>(&mut self, call: F) -> Option<F::Output> {
+        let mut call = pin!(call);
         let Some(timeout) = self.timeout else {
             return Some(call.await);
         };
@@ -1158,8 +1053,8 @@ impl<T: Send + Sync + 'static, H: BatchHandler<T>> Delivery<T> for Many<H> {
     const WHOLE: bool = true;
 
     /// What is there, up to `limit`, and as much of it as the budget pays for: the task's
-    /// first unit (spent by `next`) pays for the first `PER_UNIT` messages; the rest is paid
-    /// here (see `coop`). The reader's lag is at least 1 here: `next` saw a message, and the
+    /// first unit (spent by `next_or_switch`) pays for the first `PER_UNIT` messages; the rest is paid
+    /// here (see `coop`). The reader's lag is at least 1 here: `next_or_switch` saw a message, and the
     /// writer's cursor only grows.
     #[inline]
     fn take(reader: &Reader<T>, limit: u64, cx: &mut std::task::Context<'_>) -> usize {
@@ -1267,8 +1162,8 @@ where
     // A failed call's details, taken out right after the call (see `Called`).
     let mut failure: Option<Failure> = None;
     while next_or_switch::<R, T>(reader, sub, &mut switched).await {
-        // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
-        // position: then `next` says stop, rather than this underflow or hand out nothing.
+        // An unsubscribe may have lowered `stop_at` since `next_or_switch` looked, even below our
+        // position: then `next_or_switch` says stop, rather than this underflow or hand out nothing.
         let stop_at = sub.stop_at.load(Ordering::Acquire);
         let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
             continue;
@@ -1310,7 +1205,7 @@ where
             sub.bus.progressed();
             // The next message of the batch, if the task may go on: not past the stop
             // position (a bounded close lowers it to 0), and a unit of budget for it, as
-            // `next` spends (refused: the task was woken, and yields at `next`).
+            // `next_or_switch` spends (refused: the task was woken, and yields at `next_or_switch`).
             if D::WHOLE
                 || sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
                 || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
