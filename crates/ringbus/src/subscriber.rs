@@ -17,6 +17,25 @@
 //! ends it without running its code), so it handles nothing more; lost, a poll is under way (a handler
 //! call that has not yielded, or the loop between two messages), and the task is reported
 //! running: it stops after that handler call (`stop_at` is lowered to 0) or at the abort.
+//!
+//! # One loop
+//!
+//! Every subscriber task runs [`handle`], generic over how it hands messages to its handler
+//! ([`Delivery`]: one message a call, or a whole ring batch) and over whether it makes a span
+//! per call ([`Trace`]: plain or traced). Both are type parameters, so each combination is
+//! its own monomorphised state machine: the plain loop holds no span and tests no level per
+//! message. The task switches between the plain and the traced form only where it would wait.
+//!
+//! # A thread-local decides behaviour
+//!
+//! Which subscriber (and so which bus) this thread is polling is kept in a thread-local,
+//! `CURRENT`, set by [`Supervised`] around each poll of a subscriber's task. Three decisions
+//! read it: `Bus::close` and `Bus::wait_idle` called from inside a handler do not wait for
+//! that handler's own bus (they would wait for themselves); a closed bus still accepts the
+//! publishes of its own handlers while it drains (`BusState::refuses`); and `unsubscribe`
+//! from inside a subscriber's own handler does not wait for its task. These calls are the
+//! public API called from user code, which has no parameter to carry the caller's identity,
+//! so the identity cannot be passed as explicit data without changing that API.
 
 use std::cell::Cell;
 use std::fmt;
@@ -50,8 +69,8 @@ thread_local! {
     /// `BusState::refuses`). Set by [`Supervised`] for the length of each poll.
     ///
     /// A thread-local set around the poll rather than a `tokio::task_local!` scope: the
-    /// scope's future made every task 32 bytes bigger, and tokio copies a task's future
-    /// several times while it spawns and ends it (see `Stall`).
+    /// scope would make every task's future bigger, and tokio moves a task's future several
+    /// times while it spawns and ends it (see `Stall`).
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
 
@@ -98,9 +117,8 @@ const NOT_CRASHED: u64 = u64::MAX;
 /// stop position, and spends its first unit of budget) once per run rather than once per
 /// message, and releases each message as soon as it is handled (`ring::Batch::release`), as a
 /// `ReadGuard` would, so a waiting publisher has its room as soon as the slowest subscriber is
-/// done with a message. Releasing once per run instead saved 8 more instructions a delivery in
-/// the cost gate, but then a publisher that began to wait during a handler call waited for the
-/// next call too.
+/// done with a message. Releasing once per run instead would be cheaper, but then a publisher
+/// that began to wait during a handler call would wait for the next call too.
 const RUN: usize = 128;
 
 /// `SubShared::polls`: the task is not being polled.
@@ -112,7 +130,8 @@ const STOPPED: u8 = 2;
 
 pin_project_lite::pin_project! {
     /// A subscriber's task future, its polls tracked in `SubShared::polls` (see the module
-    /// docs).
+    /// docs). A future of its own because it runs code around every poll of the task: the
+    /// poll-state exchange, `CURRENT`, and the panic guard.
     pub(crate) struct Supervised<F> {
         pub(crate) sub: Arc<SubShared>,
         #[pin]
@@ -348,7 +367,7 @@ impl SubShared {
     pub(crate) fn stop(&self) -> bool {
         // The compare-and-swap comes first: lowering `stop_at` and aborting both wake the
         // task, and a worker that polled it before the swap would make an idle task look
-        // busy (a handler parked in a pending future was reported running, 1 close in 100).
+        // busy (a handler parked in a pending future would be reported running).
         let stopped = self.try_stop();
         self.stop_at(0);
         if let Some(abort) = self.abort.get() {
@@ -565,10 +584,10 @@ enum Failure {
 }
 
 /// How a handler call ended. A failure's details are put aside in the caller's slot (see
-/// [`guarded`]), so the loop moves one byte per message, not the failure's 24: the moves of
-/// a whole `Option<Result<(), Failure>>` through the task's state were stored as three words
-/// and read back as a 16-byte load, which the CPU cannot forward from those stores (in
-/// `perf annotate` of `publish/100`, 47 % of the subscriber loop's samples sat on that load).
+/// [`guarded`]), so the loop moves one byte per message, not a whole failure: a result that
+/// big, moved through the task's state, was stored in words and read back in one wider load
+/// that the CPU cannot forward from those stores, which stalled the loop (see the commit that
+/// made `Called`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Called {
     /// It returned `Ok`.
@@ -755,9 +774,8 @@ fn poll_caught<F: Future<Output = Result<(), HandlerError>>>(
 /// A subscriber's stall timeout, and the timer that times it: made the first time a handler
 /// call does not finish at once, then reset for each such call. One allocation per subscriber
 /// that has a timeout and a handler that waits, rather than a `tokio::time::Timeout` in the
-/// task's future: that made every task 96 bytes bigger, and tokio copies a task's future
-/// several times while it spawns and ends it (the copies were 16 % of a subscribe in the cost
-/// gate).
+/// task's future: that would make every task's future bigger, and tokio moves a task's
+/// future several times while it spawns and ends it, a cost every subscribe pays.
 pub(crate) struct Stall {
     timeout: Option<Duration>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
