@@ -202,14 +202,9 @@ pub(crate) struct SubShared {
     pub(crate) panics: AtomicU64,
     /// Detached after a stall.
     pub(crate) detached: AtomicBool,
-    /// Retries, dead letters published, and dead letters that could not be (see `retry`).
-    pub(crate) retries: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) dead_letter_failures: AtomicU64,
-    /// A replier's replies that reached no requester (see `reply`): it had stopped waiting,
-    /// or another replier had answered first.
-    pub(crate) late_replies: AtomicU64,
-    pub(crate) duplicate_replies: AtomicU64,
+    /// The counters of the feature wrapping the handler (retries, replies), if any: set once
+    /// by the wrapper as it is made, read only by `stats()`.
+    counters: OnceLock<Arc<dyn Counters>>,
     /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
     /// `unsubscribe`, Acquire load by the task.
     stop_at: AtomicU64,
@@ -267,11 +262,7 @@ impl SubShared {
             errors: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             detached: AtomicBool::new(false),
-            retries: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            dead_letter_failures: AtomicU64::new(0),
-            late_replies: AtomicU64::new(0),
-            duplicate_replies: AtomicU64::new(0),
+            counters: OnceLock::new(),
             stop_at: AtomicU64::new(RUNNING),
             cut: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
@@ -427,7 +418,7 @@ impl SubShared {
 
     pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
         let detached = self.detached.load(Ordering::Relaxed);
-        SubscriberStats {
+        let mut stats = SubscriberStats {
             id: self.id,
             name: self.name.to_string(),
             handled: self.handled.load(Ordering::Relaxed),
@@ -441,12 +432,23 @@ impl SubShared {
             detached,
             running: !self.ended(),
             crashed: self.crashed().is_some(),
-            retries: self.retries.load(Ordering::Relaxed),
-            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
-            dead_letter_failures: self.dead_letter_failures.load(Ordering::Relaxed),
-            late_replies: self.late_replies.load(Ordering::Relaxed),
-            duplicate_replies: self.duplicate_replies.load(Ordering::Relaxed),
+            retries: 0,
+            dead_lettered: 0,
+            dead_letter_failures: 0,
+            late_replies: 0,
+            duplicate_replies: 0,
+        };
+        if let Some(counters) = self.counters.get() {
+            counters.report(&mut stats);
         }
+        stats
+    }
+
+    /// Keeps `counters`, the counters of the feature that wraps this subscriber's handler,
+    /// for `stats()`. A subscriber has one such wrapper at most (retries and replies refuse
+    /// each other); a second call is ignored.
+    pub(crate) fn keep_counters(&self, counters: Arc<dyn Counters>) {
+        let _ = self.counters.set(counters);
     }
 
     /// Counts and logs a failed handler call on the `len` messages at `start..`, and records
@@ -493,6 +495,14 @@ impl fmt::Debug for SubShared {
             .field("topic", &&*self.topic)
             .finish_non_exhaustive()
     }
+}
+
+/// Counters that a feature wrapping a subscriber's handler keeps for itself (`retry`'s
+/// retries and dead letters, `reply`'s late and duplicate replies): the subscriber's shared
+/// state holds only what every subscriber needs, and reads these into its stats.
+pub(crate) trait Counters: Send + Sync + 'static {
+    /// Adds these counters' values to `stats` (Relaxed loads: stats are a snapshot).
+    fn report(&self, stats: &mut SubscriberStats);
 }
 
 /// A subscriber's name: the one it was given, or `<topic>#<id>`, made into a string only
