@@ -1,6 +1,7 @@
 //! A subscriber task looks at tracing's level where it would wait, not at every message (see
-//! `run` in `crates/ringbus/src/subscriber.rs`): a tracing subscriber installed while the bus
-//! runs gets the handler spans from the task's next wait on.
+//! `run_loop` in `crates/ringbus/src/subscriber.rs`): a tracing subscriber installed while the
+//! bus runs gets the handler spans from the task's next wait on, for one-message and batch
+//! subscribers alike (they run one loop).
 //!
 //! A test binary of its own, with one test: it installs its tracing subscriber as the
 //! thread's default while the bus runs, and tracing's callsite interest cache is
@@ -16,28 +17,45 @@ use tracing::Subscriber;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 use tracing_subscriber::Layer;
 
-/// The `position` of every `ringbus.handle` span made.
+/// The subscriber and `position` of every `ringbus.handle` span made.
 #[derive(Clone, Default)]
-struct Positions(Arc<Mutex<Vec<u64>>>);
+struct Positions(Arc<Mutex<Vec<(String, u64)>>>);
 
-struct Position(Option<u64>);
+impl Positions {
+    fn of(&self, subscriber: &str) -> Vec<u64> {
+        let seen = self.0.lock().unwrap();
+        seen.iter()
+            .filter(|(s, _)| s == subscriber)
+            .map(|&(_, p)| p)
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Position(String, Option<u64>);
 
 impl Visit for Position {
     fn record_u64(&mut self, field: &Field, value: u64) {
         if field.name() == "position" {
-            self.0 = Some(value);
+            self.1 = Some(value);
         }
     }
 
-    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "subscriber" {
+            self.0 = format!("{value:?}");
+        }
+    }
 }
 
 impl<S: Subscriber> Layer<S> for Positions {
     fn on_new_span(&self, attrs: &Attributes<'_>, _: &Id, _: LayerContext<'_, S>) {
         if attrs.metadata().name() == "ringbus.handle" {
-            let mut position = Position(None);
+            let mut position = Position::default();
             attrs.record(&mut position);
-            self.0.lock().unwrap().extend(position.0);
+            if let Some(p) = position.1 {
+                self.0.lock().unwrap().push((position.0, p));
+            }
         }
     }
 }
@@ -63,9 +81,24 @@ fn a_tracing_subscriber_installed_while_the_bus_runs_gets_spans_from_the_next_wa
                 },
             )
             .unwrap();
-        // Nobody listens: the task handles 0 without spans, then waits.
+        let (batch_tx, mut batches) = mpsc::unbounded_channel();
+        let _batch = bus
+            .subscribe_batch(
+                "switch-batch",
+                SubscribeOptions::new().name("late-batch"),
+                move |batch: ringbus::Batch<'_, u64>| {
+                    let (first, tx) = (batch.iter().next().copied(), batch_tx.clone());
+                    async move {
+                        let _ = tx.send(first);
+                    }
+                },
+            )
+            .unwrap();
+        // Nobody listens: the tasks handle 0 without spans, then wait.
         bus.publish("switch", 0u64).await.unwrap();
         assert_eq!(handled.recv().await, Some(0));
+        bus.publish("switch-batch", 0u64).await.unwrap();
+        assert_eq!(batches.recv().await, Some(Some(0)));
 
         let positions = Positions::default();
         let _default = tracing::subscriber::set_default(
@@ -76,12 +109,16 @@ fn a_tracing_subscriber_installed_while_the_bus_runs_gets_spans_from_the_next_wa
         for m in 1..4u64 {
             bus.publish("switch", m).await.unwrap();
             assert_eq!(handled.recv().await, Some(m));
+            bus.publish("switch-batch", m).await.unwrap();
+            assert_eq!(batches.recv().await, Some(Some(m)));
         }
         bus.close().await;
-        let seen = positions.0.lock().unwrap().clone();
-        assert!(
-            seen == [1, 2, 3] || seen == [2, 3],
-            "spans made for positions {seen:?}"
-        );
+        for name in ["late", "late-batch"] {
+            let seen = positions.of(name);
+            assert!(
+                seen == [1, 2, 3] || seen == [2, 3],
+                "spans of {name} made for positions {seen:?}"
+            );
+        }
     });
 }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::future::Future;
+
+use futures_util::FutureExt;
 use std::time::Duration;
 
 use crate::bus::Topic;
@@ -141,39 +143,7 @@ where
         &'a self,
         msg: &'a T,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        IntoResult { future: self(msg) }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A closure handler's future, its output made a `Result` (`HandlerOutput::into_result`).
-    ///
-    /// Hand-written rather than an `async move` block around the closure's call: the block's
-    /// state machine (its state to set and test, the closure and the message to keep until
-    /// its first poll) cost each delivery about 11 instructions in the cost gate
-    /// (`bus/publish1` 347.01 -> 336.22 a message, `bus/publish10` 1709.32 -> 1599.66).
-    struct IntoResult<F> {
-        #[pin]
-        future: F,
-    }
-}
-
-impl<F> Future for IntoResult<F>
-where
-    F: Future,
-    F::Output: HandlerOutput,
-{
-    type Output = Result<(), HandlerError>;
-
-    #[inline]
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        self.project()
-            .future
-            .poll(cx)
-            .map(HandlerOutput::into_result)
+        self(msg).map(HandlerOutput::into_result)
     }
 }
 
@@ -242,15 +212,13 @@ where
     S: Send + Sync + 'static,
     F: for<'a> StateHandlerFn<'a, S, T> + Send + Sync + 'static,
 {
-    /// As the closures' `call`: the closure runs at once (see `IntoResult`).
+    /// As the closures' `call`: the closure runs at once (see `Handler::call` for closures).
     #[inline]
     fn call<'a>(
         &'a self,
         msg: &'a T,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        IntoResult {
-            future: (self.handler)(&self.state, msg),
-        }
+        (self.handler)(&self.state, msg).map(HandlerOutput::into_result)
     }
 }
 
@@ -336,15 +304,13 @@ where
     T: Sync + 'static,
     F: for<'a> BatchHandlerFn<'a, T> + Send + Sync + 'static,
 {
-    /// As the one-message closures' `call`: the closure runs at once (see `IntoResult`).
+    /// As the one-message closures' `call`: the closure runs at once (see `Handler::call` for closures).
     #[inline]
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        IntoResult {
-            future: self(batch),
-        }
+        self(batch).map(HandlerOutput::into_result)
     }
 }
 

@@ -9,11 +9,11 @@
 //! the handler's future; a failed call records `error` or `panic` on it. A publish that waits
 //! for room records a `DEBUG` event with the time it waited (`waited`); one that is cancelled
 //! records one with the time it had waited when it was. With nobody listening at `DEBUG`, a
-//! handler call makes no span at all: a one-message subscriber task looks at tracing's level
-//! ([`spans_wanted`]) only where it would wait, and runs a copy of its loop without span code
-//! until then (`subscriber::run`); a batch subscriber looks once per batch
-//! ([`span_if_wanted`]). With a subscriber that wants `DEBUG` but not this span, the
-//! callsite's cached interest answers and, again, the call runs without a span. The events are made on the waiting paths only. The costs, measured:
+//! handler call makes no span at all: a subscriber task looks at tracing's level
+//! ([`spans_wanted`]) only where it would wait, and runs the plain form of its loop, without
+//! span code, until then (`subscriber::run_loop`). With a subscriber that wants `DEBUG` but
+//! not this span, the callsite's cached interest answers and, again, the call runs without a
+//! span. The events are made on the waiting paths only. The costs, measured:
 //! `docs/benchmarks/observability.md`.
 //!
 //! # Metrics (feature `metrics`)
@@ -55,23 +55,15 @@ use crate::subscriber::SubShared;
 /// compile-time and the current maximum level), a load and a compare. A subscriber that
 /// wants `DEBUG` but not ours then answers from its callsite's cached interest
 /// (`handle_span` returns `Span::none()`).
-#[inline(always)]
+#[inline]
 pub(crate) fn spans_wanted() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     tracing::Level::DEBUG <= STATIC_MAX_LEVEL && tracing::Level::DEBUG <= LevelFilter::current()
 }
 
-/// The span `make` makes, if some subscriber wants it: `None` after the level check when
-/// nobody listens at `DEBUG`, or when the span's callsite is disabled. The task then runs
-/// the handler call without a span at all (see `subscriber::guarded_in`).
-#[inline(always)]
-pub(crate) fn span_if_wanted(make: impl FnOnce() -> Span) -> Option<Span> {
-    spans_wanted().then(make).filter(|span| !span.is_disabled())
-}
-
 /// The span `make` makes, for a caller that checked the level already ([`spans_wanted`]):
 /// `None` when the span's callsite is disabled.
-#[inline(always)]
+#[inline]
 pub(crate) fn span_if_enabled(make: impl FnOnce() -> Span) -> Option<Span> {
     Some(make()).filter(|span| !span.is_disabled())
 }
@@ -95,7 +87,7 @@ macro_rules! handle_span {
 /// The `ringbus.handle` span of one handler call on the message at `position`: a child of
 /// the span its publish gave (`Context::with_parent`, see `parent`), else of the current
 /// one. Disabled, a `Span::none()`.
-#[inline(always)]
+#[inline]
 pub(crate) fn handle_span(sub: &SubShared, position: u64) -> Span {
     if sub.parents.outstanding() {
         return parented_span(sub, position, None);
@@ -105,7 +97,7 @@ pub(crate) fn handle_span(sub: &SubShared, position: u64) -> Span {
 
 /// The `ringbus.handle` span of one batch handler call on the `messages` messages from
 /// `position` on: a child of the first parent given to their publishes, if any.
-#[inline(always)]
+#[inline]
 pub(crate) fn batch_span(sub: &SubShared, position: u64, messages: u64) -> Span {
     if sub.parents.outstanding() {
         return parented_span(sub, position, Some(messages));
@@ -354,21 +346,21 @@ mod disabled {
     pub(crate) struct TopicMetrics;
 
     impl TopicMetrics {
-        #[inline(always)]
+        #[inline]
         pub(crate) fn new(_: &str) -> Self {
             Self
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn published(&self, _: u64) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn unrouted(&self, _: u64) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn full(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn cancelled(&self) {}
     }
 
@@ -381,17 +373,17 @@ mod disabled {
     pub(crate) struct Clock;
 
     impl SubMetrics {
-        #[inline(always)]
+        #[inline]
         pub(crate) fn new(_: &str, _: &SubName) -> Self {
             Self
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn clock(&self) -> Clock {
             Clock
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn handled(
             &self,
             _: Clock,
@@ -401,16 +393,16 @@ mod disabled {
         ) {
         }
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn error(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn panic(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn detached(&self) {}
 
-        #[inline(always)]
+        #[inline]
         pub(crate) fn ended(&self) {}
     }
 }

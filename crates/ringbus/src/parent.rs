@@ -93,7 +93,7 @@ impl Parents {
     }
 
     /// True while some entry is outstanding: the subscribers look at the table only then.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn outstanding(&self) -> bool {
         self.outstanding.load(Ordering::Relaxed) != 0
     }

@@ -55,7 +55,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
@@ -66,7 +66,8 @@ use crate::bus::{Bus, Topic};
 use crate::context::Context;
 use crate::error::{Error, PublishError, RequestError};
 use crate::handler::{Handler, HandlerError, SubscribeOptions};
-use crate::subscriber::{panic_message, SubShared, Subscription};
+use crate::stats::SubscriberStats;
+use crate::subscriber::{panic_message, Counters, SubShared, Subscription};
 
 /// An answer to a request.
 enum Answer<R> {
@@ -171,12 +172,13 @@ impl<T, R> Request<T, R> {
         self.reply.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends `outcome` to the requester, counting it on `sub` if nobody receives it.
-    fn answer(&self, outcome: Answer<R>, sub: &SubShared) {
+    /// Sends `outcome` to the requester, counting it in `counters` if nobody receives it
+    /// (`sub` names the replier in the log).
+    fn answer(&self, outcome: Answer<R>, sub: &SubShared, counters: &ReplyCounters) {
         let sender = self.slot().take();
         match sender {
             None => {
-                sub.duplicate_replies.fetch_add(1, Ordering::Relaxed);
+                counters.duplicate.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     topic = %sub.topic,
                     subscriber = %sub.name,
@@ -185,7 +187,7 @@ impl<T, R> Request<T, R> {
             }
             Some(tx) => {
                 if tx.send(Outcome::Answer(outcome)).is_err() {
-                    sub.late_replies.fetch_add(1, Ordering::Relaxed);
+                    counters.late.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(
                         topic = %sub.topic,
                         subscriber = %sub.name,
@@ -284,7 +286,42 @@ where
 pub(crate) struct Replying<H, R> {
     replier: H,
     sub: Arc<SubShared>,
+    counters: Arc<ReplyCounters>,
     _reply: PhantomData<fn() -> R>,
+}
+
+impl<H, R> Replying<H, R> {
+    /// The replier `replier` for the subscriber `sub`, its counters kept for `sub`'s stats.
+    fn new(replier: H, sub: &Arc<SubShared>) -> Self {
+        let counters = Arc::new(ReplyCounters::default());
+        sub.keep_counters(counters.clone());
+        Self {
+            replier,
+            sub: sub.clone(),
+            counters,
+            _reply: PhantomData,
+        }
+    }
+
+    fn answer<T>(&self, request: &Request<T, R>, outcome: Answer<R>) {
+        request.answer(outcome, &self.sub, &self.counters);
+    }
+}
+
+/// A replier's replies that reached no requester, counted by its [`Replying`] only.
+#[derive(Debug, Default)]
+struct ReplyCounters {
+    /// The requester had stopped waiting.
+    late: AtomicU64,
+    /// Another replier had answered first.
+    duplicate: AtomicU64,
+}
+
+impl Counters for ReplyCounters {
+    fn report(&self, stats: &mut SubscriberStats) {
+        stats.late_replies = self.late.load(Ordering::Relaxed);
+        stats.duplicate_replies = self.duplicate.load(Ordering::Relaxed);
+    }
 }
 
 impl<T, R, H> Handler<Request<T, R>> for Replying<H, R>
@@ -307,22 +344,22 @@ where
                 Ok(call) => call,
                 Err(panic) => {
                     let text = format!("panicked: {}", panic_message(&*panic));
-                    request.answer(Answer::Failed(text), &self.sub);
+                    self.answer(request, Answer::Failed(text));
                     std::panic::resume_unwind(panic)
                 }
             };
             match AssertUnwindSafe(call).catch_unwind().await {
                 Ok(Ok(reply)) => {
-                    request.answer(Answer::Reply(reply), &self.sub);
+                    self.answer(request, Answer::Reply(reply));
                     Ok(())
                 }
                 Ok(Err(error)) => {
-                    request.answer(Answer::Failed(error.to_string()), &self.sub);
+                    self.answer(request, Answer::Failed(error.to_string()));
                     Err(error)
                 }
                 Err(panic) => {
                     let text = format!("panicked: {}", panic_message(&*panic));
-                    request.answer(Answer::Failed(text), &self.sub);
+                    self.answer(request, Answer::Failed(text));
                     std::panic::resume_unwind(panic)
                 }
             }
@@ -427,11 +464,8 @@ where
                  whose outcome nobody waits for (a requester would see the first failure)",
             ));
         }
-        self.inner.subscribe_made(options, move |sub| Replying {
-            replier,
-            sub: sub.clone(),
-            _reply: PhantomData,
-        })
+        self.inner
+            .subscribe_made(options, move |sub| Replying::new(replier, sub))
     }
 
     /// Sends `msg` to the topic's [repliers](Bus::reply) and waits for the reply, with no

@@ -49,7 +49,8 @@ use futures_util::FutureExt;
 use crate::bus::Topic;
 use crate::error::{Error, TypeMismatch};
 use crate::handler::{Handler, HandlerError, SubscribeOptions};
-use crate::subscriber::{panic_message, SubShared};
+use crate::stats::SubscriberStats;
+use crate::subscriber::{panic_message, Counters, SubShared};
 
 /// How a subscriber retries a message its handler failed on: how many attempts in all, and
 /// the exponential backoff (with optional jitter) between them.
@@ -322,11 +323,14 @@ impl<T> Prepared<T> {
     pub(crate) fn wrap<H>(self, handler: H, sub: Arc<SubShared>) -> Retrying<T, H> {
         let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
         seed.write_u64(sub.id);
+        let counters = Arc::new(RetryCounters::default());
+        sub.keep_counters(counters.clone());
         Retrying {
             handler,
             policy: self.policy,
             sink: self.sink,
             sub,
+            counters,
             random: AtomicU64::new(seed.finish()),
         }
     }
@@ -339,9 +343,29 @@ pub(crate) struct Retrying<T, H> {
     policy: RetryPolicy,
     sink: Option<Arc<Sink<T>>>,
     sub: Arc<SubShared>,
+    counters: Arc<RetryCounters>,
     /// The jitter generator's state (splitmix64). Only the subscriber's task uses it, one
     /// call at a time: Relaxed.
     random: AtomicU64,
+}
+
+/// A retrying subscriber's own counters, kept by its [`Retrying`] only.
+#[derive(Debug, Default)]
+struct RetryCounters {
+    /// Attempts made again after a failed one.
+    retries: AtomicU64,
+    /// Dead letters published.
+    dead_lettered: AtomicU64,
+    /// Dead letters that could not be published.
+    dead_letter_failures: AtomicU64,
+}
+
+impl Counters for RetryCounters {
+    fn report(&self, stats: &mut SubscriberStats) {
+        stats.retries = self.retries.load(Ordering::Relaxed);
+        stats.dead_lettered = self.dead_lettered.load(Ordering::Relaxed);
+        stats.dead_letter_failures = self.dead_letter_failures.load(Ordering::Relaxed);
+    }
 }
 
 /// How one attempt failed.
@@ -420,7 +444,7 @@ where
         };
         match sink.topic.publish(letter).await {
             Ok(()) => {
-                self.sub.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     topic = %self.sub.topic,
                     subscriber = %self.sub.name,
@@ -435,7 +459,7 @@ where
 
     #[cold]
     fn dead_letter_failed(&self, to: &Topic<DeadLetter<T>>, error: &str) {
-        self.sub
+        self.counters
             .dead_letter_failures
             .fetch_add(1, Ordering::Relaxed);
         tracing::error!(
@@ -450,7 +474,7 @@ where
     /// Counts and logs a failed attempt that will be retried after `delay`.
     #[cold]
     fn retrying(&self, failure: &Failure, attempt: u32, delay: Duration) {
-        self.sub.retries.fetch_add(1, Ordering::Relaxed);
+        self.counters.retries.fetch_add(1, Ordering::Relaxed);
         let (topic, subscriber, of) = (&self.sub.topic, &self.sub.name, self.policy.attempts);
         match failure {
             Failure::Err(error) => {

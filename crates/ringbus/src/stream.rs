@@ -7,7 +7,7 @@
 //! [`SubShared`], joined through the same `TopicInner::join` as a handler's subscriber. So it
 //! gates publishers like any subscriber (the ring's writer waits for the slowest reader), it
 //! is counted in `stats()` and in `Topic::subscriber_count`, and delivery receipts wait for
-//! it. Each poll runs the subscriber loop's own wait (`subscriber::next`): one unit of tokio's
+//! it. Each poll runs the subscriber loop's own wait (`subscriber::poll_next`): one unit of tokio's
 //! cooperative budget per message, taken before looking and given back when it parks.
 //!
 //! A message counts as handled (`SubShared::handled`, Release, as a task stores it after its
@@ -35,7 +35,7 @@
 //! - `handled == reader.position() - sub.start` whenever no [`StreamRef`] is out.
 
 use std::fmt;
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -245,7 +245,7 @@ impl<T> Stream<T> {
         let Some(reader) = self.reader.as_mut() else {
             return Poll::Ready(false);
         };
-        if ready!(Pin::new(&mut subscriber::next(reader, &self.sub)).poll(cx)) {
+        if ready!(subscriber::poll_next(reader, &self.sub, cx)) {
             return Poll::Ready(true);
         }
         self.end();
@@ -303,7 +303,11 @@ impl<T> Stream<T> {
     /// Cancel safe: a message is taken only when the future completes with it. Dropped
     /// before that, the next call returns the same message.
     pub async fn next_ref(&mut self) -> Option<StreamRef<'_, T>> {
-        NextRef { stream: Some(self) }.await
+        if !poll_fn(|cx| self.poll_ready(cx)).await {
+            return None;
+        }
+        // `None` is unreachable here (see `take`).
+        self.take()
     }
 }
 
@@ -441,33 +445,5 @@ struct Count<'a> {
 impl Drop for Count<'_> {
     fn drop(&mut self) {
         self.sub.handled_to(self.handled);
-    }
-}
-
-/// The future of [`Stream::next_ref`].
-struct NextRef<'a, T> {
-    /// `None` once it completed.
-    stream: Option<&'a mut Stream<T>>,
-}
-
-impl<'a, T> Future for NextRef<'a, T> {
-    type Output = Option<StreamRef<'a, T>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let Some(stream) = this.stream.as_mut() else {
-            return Poll::Ready(None); // polled after completion: nothing more to lend
-        };
-        if !ready!(stream.poll_ready(cx)) {
-            this.stream = None;
-            return Poll::Ready(None);
-        }
-        let Some(stream) = this.stream.take() else {
-            return Poll::Ready(None);
-        };
-        match stream.take() {
-            Some(item) => Poll::Ready(Some(item)),
-            None => Poll::Ready(None), // unreachable: see `Stream::take`
-        }
     }
 }

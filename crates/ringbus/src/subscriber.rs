@@ -17,6 +17,25 @@
 //! ends it without running its code), so it handles nothing more; lost, a poll is under way (a handler
 //! call that has not yielded, or the loop between two messages), and the task is reported
 //! running: it stops after that handler call (`stop_at` is lowered to 0) or at the abort.
+//!
+//! # One loop
+//!
+//! Every subscriber task runs [`handle`], generic over how it hands messages to its handler
+//! ([`Delivery`]: one message a call, or a whole ring batch) and over whether it makes a span
+//! per call ([`Trace`]: plain or traced). Both are type parameters, so each combination is
+//! its own monomorphised state machine: the plain loop holds no span and tests no level per
+//! message. The task switches between the plain and the traced form only where it would wait.
+//!
+//! # A thread-local decides behaviour
+//!
+//! Which subscriber (and so which bus) this thread is polling is kept in a thread-local,
+//! `CURRENT`, set by [`Supervised`] around each poll of a subscriber's task. Three decisions
+//! read it: `Bus::close` and `Bus::wait_idle` called from inside a handler do not wait for
+//! that handler's own bus (they would wait for themselves); a closed bus still accepts the
+//! publishes of its own handlers while it drains (`BusState::refuses`); and `unsubscribe`
+//! from inside a subscriber's own handler does not wait for its task. These calls are the
+//! public API called from user code, which has no parameter to carry the caller's identity,
+//! so the identity cannot be passed as explicit data without changing that API.
 
 use std::cell::Cell;
 use std::fmt;
@@ -30,7 +49,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use ringbus_core::Reader;
+use ringbus_core::{self as ring, Reader};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Span;
@@ -50,8 +69,8 @@ thread_local! {
     /// `BusState::refuses`). Set by [`Supervised`] for the length of each poll.
     ///
     /// A thread-local set around the poll rather than a `tokio::task_local!` scope: the
-    /// scope's future made every task 32 bytes bigger, and tokio copies a task's future
-    /// several times while it spawns and ends it (see `Stall`).
+    /// scope would make every task's future bigger, and tokio moves a task's future several
+    /// times while it spawns and ends it (see `Stall`).
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
 
@@ -98,9 +117,8 @@ const NOT_CRASHED: u64 = u64::MAX;
 /// stop position, and spends its first unit of budget) once per run rather than once per
 /// message, and releases each message as soon as it is handled (`ring::Batch::release`), as a
 /// `ReadGuard` would, so a waiting publisher has its room as soon as the slowest subscriber is
-/// done with a message. Releasing once per run instead saved 8 more instructions a delivery in
-/// the cost gate, but then a publisher that began to wait during a handler call waited for the
-/// next call too.
+/// done with a message. Releasing once per run instead would be cheaper, but then a publisher
+/// that began to wait during a handler call would wait for the next call too.
 const RUN: usize = 128;
 
 /// `SubShared::polls`: the task is not being polled.
@@ -112,7 +130,8 @@ const STOPPED: u8 = 2;
 
 pin_project_lite::pin_project! {
     /// A subscriber's task future, its polls tracked in `SubShared::polls` (see the module
-    /// docs).
+    /// docs). A future of its own because it runs code around every poll of the task: the
+    /// poll-state exchange, `CURRENT`, and the panic guard.
     pub(crate) struct Supervised<F> {
         pub(crate) sub: Arc<SubShared>,
         #[pin]
@@ -183,14 +202,9 @@ pub(crate) struct SubShared {
     pub(crate) panics: AtomicU64,
     /// Detached after a stall.
     pub(crate) detached: AtomicBool,
-    /// Retries, dead letters published, and dead letters that could not be (see `retry`).
-    pub(crate) retries: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) dead_letter_failures: AtomicU64,
-    /// A replier's replies that reached no requester (see `reply`): it had stopped waiting,
-    /// or another replier had answered first.
-    pub(crate) late_replies: AtomicU64,
-    pub(crate) duplicate_replies: AtomicU64,
+    /// The counters of the feature wrapping the handler (retries, replies), if any: set once
+    /// by the wrapper as it is made, read only by `stats()`.
+    counters: OnceLock<Arc<dyn Counters>>,
     /// Unsubscribe: stop before this position. `RUNNING` until requested. Release store by
     /// `unsubscribe`, Acquire load by the task.
     stop_at: AtomicU64,
@@ -248,11 +262,7 @@ impl SubShared {
             errors: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             detached: AtomicBool::new(false),
-            retries: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            dead_letter_failures: AtomicU64::new(0),
-            late_replies: AtomicU64::new(0),
-            duplicate_replies: AtomicU64::new(0),
+            counters: OnceLock::new(),
             stop_at: AtomicU64::new(RUNNING),
             cut: AtomicU64::new(RUNNING),
             waker: AtomicWaker::new(),
@@ -348,7 +358,7 @@ impl SubShared {
     pub(crate) fn stop(&self) -> bool {
         // The compare-and-swap comes first: lowering `stop_at` and aborting both wake the
         // task, and a worker that polled it before the swap would make an idle task look
-        // busy (a handler parked in a pending future was reported running, 1 close in 100).
+        // busy (a handler parked in a pending future would be reported running).
         let stopped = self.try_stop();
         self.stop_at(0);
         if let Some(abort) = self.abort.get() {
@@ -408,7 +418,7 @@ impl SubShared {
 
     pub(crate) fn stats(&self, published: u64) -> SubscriberStats {
         let detached = self.detached.load(Ordering::Relaxed);
-        SubscriberStats {
+        let mut stats = SubscriberStats {
             id: self.id,
             name: self.name.to_string(),
             handled: self.handled.load(Ordering::Relaxed),
@@ -422,12 +432,23 @@ impl SubShared {
             detached,
             running: !self.ended(),
             crashed: self.crashed().is_some(),
-            retries: self.retries.load(Ordering::Relaxed),
-            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
-            dead_letter_failures: self.dead_letter_failures.load(Ordering::Relaxed),
-            late_replies: self.late_replies.load(Ordering::Relaxed),
-            duplicate_replies: self.duplicate_replies.load(Ordering::Relaxed),
+            retries: 0,
+            dead_lettered: 0,
+            dead_letter_failures: 0,
+            late_replies: 0,
+            duplicate_replies: 0,
+        };
+        if let Some(counters) = self.counters.get() {
+            counters.report(&mut stats);
         }
+        stats
+    }
+
+    /// Keeps `counters`, the counters of the feature that wraps this subscriber's handler,
+    /// for `stats()`. A subscriber has one such wrapper at most (retries and replies refuse
+    /// each other); a second call is ignored.
+    pub(crate) fn keep_counters(&self, counters: Arc<dyn Counters>) {
+        let _ = self.counters.set(counters);
     }
 
     /// Counts and logs a failed handler call on the `len` messages at `start..`, and records
@@ -474,6 +495,14 @@ impl fmt::Debug for SubShared {
             .field("topic", &&*self.topic)
             .finish_non_exhaustive()
     }
+}
+
+/// Counters that a feature wrapping a subscriber's handler keeps for itself (`retry`'s
+/// retries and dead letters, `reply`'s late and duplicate replies): the subscriber's shared
+/// state holds only what every subscriber needs, and reads these into its stats.
+pub(crate) trait Counters: Send + Sync + 'static {
+    /// Adds these counters' values to `stats` (Relaxed loads: stats are a snapshot).
+    fn report(&self, stats: &mut SubscriberStats);
 }
 
 /// A subscriber's name: the one it was given, or `<topic>#<id>`, made into a string only
@@ -565,10 +594,10 @@ enum Failure {
 }
 
 /// How a handler call ended. A failure's details are put aside in the caller's slot (see
-/// [`guarded`]), so the loop moves one byte per message, not the failure's 24: the moves of
-/// a whole `Option<Result<(), Failure>>` through the task's state were stored as three words
-/// and read back as a 16-byte load, which the CPU cannot forward from those stores (in
-/// `perf annotate` of `publish/100`, 47 % of the subscriber loop's samples sat on that load).
+/// [`guarded`]), so the loop moves one byte per message, not a whole failure: a result that
+/// big, moved through the task's state, was stored in words and read back in one wider load
+/// that the CPU cannot forward from those stores, which stalled the loop (see the commit that
+/// made `Called`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Called {
     /// It returned `Ok`.
@@ -591,43 +620,27 @@ impl Outcome {
     }
 }
 
-/// Waits until there is a message before the stop position (`true`), or the ring is closed
-/// and drained or the stop position is reached (`false`).
+/// Polls for a message before the stop position: `true` once there is one, `false` once the
+/// ring is closed and drained or the stop position is reached. The wait of a subscriber's
+/// loop ([`next_or_switch`]) and of a [`Stream`](crate::Stream).
 ///
 /// Spends one unit of the task's cooperative budget per message found (see `coop`). The
 /// unit is taken before looking, as tokio's channels do: with the budget spent, it yields
 /// rather than look, which also keeps a subscriber that yields from parking (and its
 /// publisher from waking it) when the publisher has yielded too. The unit is given back when
 /// there is no message (it then parks, which is a yield).
-///
-/// A hand-written future rather than an `async fn` over `poll_fn`: with the budget step in
-/// it, the compiler stopped inlining that closure into the subscriber's loop, which cost
-/// each delivery about 40 instructions in the cost gate.
-pub(crate) fn next<'a, T>(reader: &'a mut Reader<T>, sub: &'a SubShared) -> Next<'a, T> {
-    Next { reader, sub }
+pub(crate) fn poll_next<T>(
+    reader: &mut Reader<T>,
+    sub: &SubShared,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<bool> {
+    poll_next_or(reader, sub, cx, || false)
 }
 
-/// The future of [`next`] (a [`Stream`](crate::Stream) polls it in place).
-pub(crate) struct Next<'a, T> {
-    reader: &'a mut Reader<T>,
-    sub: &'a SubShared,
-}
-
-impl<T> Future for Next<'_, T> {
-    type Output = bool;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        let Next { reader, sub } = self.get_mut();
-        poll_next(reader, sub, cx, || false)
-    }
-}
-
-/// The poll of [`next`], and of [`next_or_switch`], which passes `switch`: asked only where
-/// the task would wait (no message, or its budget spent); `true` ends the wait before it
-/// begins, with `false` (no message).
-#[inline(always)]
-fn poll_next<T>(
+/// [`poll_next`], asking `switch` where the task would wait (no message, or its budget
+/// spent): `true` ends the wait before it begins, with `false` (no message).
+#[inline]
+fn poll_next_or<T>(
     reader: &mut Reader<T>,
     sub: &SubShared,
     cx: &mut std::task::Context<'_>,
@@ -662,46 +675,21 @@ fn poll_next<T>(
     }
 }
 
-/// [`next`] for the loops of [`run`]: where it would wait, it looks at tracing's level first and,
-/// if that asks for the other path, sets `switched` and says `false` (no message). While
-/// messages are there it looks at nothing more than `next` does. (A wrapper that noted each
-/// wait in a flag, and looked at the level after it, cost every delivery 7 instructions in
-/// the cost gate; returning a three-way answer instead of a `bool`, 8.)
-fn next_or_switch<'a, const TRACED: bool, T>(
+/// The wait of [`handle`]: where it would wait, it looks at tracing's level first and, if
+/// that asks for the other form of the loop (`R`), sets `switched` and says `false` (no
+/// message). While messages are there it looks at nothing more than [`poll_next`] does.
+fn next_or_switch<'a, R: Trace, T>(
     reader: &'a mut Reader<T>,
     sub: &'a SubShared,
     switched: &'a mut bool,
-) -> NextOrSwitch<'a, T, TRACED> {
-    NextOrSwitch {
-        reader,
-        sub,
-        switched,
-    }
-}
-
-/// The future of [`next_or_switch`].
-struct NextOrSwitch<'a, T, const TRACED: bool> {
-    reader: &'a mut Reader<T>,
-    sub: &'a SubShared,
-    switched: &'a mut bool,
-}
-
-impl<T, const TRACED: bool> Future for NextOrSwitch<'_, T, TRACED> {
-    type Output = bool;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        let NextOrSwitch {
-            reader,
-            sub,
-            switched,
-        } = self.get_mut();
-        poll_next(reader, sub, cx, || {
-            let switch = observe::spans_wanted() != TRACED;
-            **switched = switch;
+) -> impl Future<Output = bool> + 'a {
+    poll_fn(move |cx| {
+        poll_next_or(reader, sub, cx, || {
+            let switch = observe::spans_wanted() != R::TRACED;
+            *switched = switch;
             switch
         })
-    }
+    })
 }
 
 /// Runs one handler call: `call` makes its future (a hand-written `Handler::call` may
@@ -718,19 +706,11 @@ where
         Ok(call) => call,
         Err(panic) => return Called::failed(failure, panic),
     };
-    let mut call = Caught {
-        call: pin!(call),
-        failure,
-    };
-    let first = poll_fn(|cx| Poll::Ready(Pin::new(&mut call).poll(cx))).await;
-    // The same `match` ends `guarded_in`: a shared `async fn` taking `first` and `call` cost
-    // every delivery about 40 instructions in the cost gate (`bus/publish10` +33 %).
-    match first {
+    let mut call = pin!(call);
+    let mut poll = |cx: &mut std::task::Context<'_>| poll_caught(call.as_mut(), failure, cx);
+    match poll_fn(|cx| Poll::Ready(poll(cx))).await {
         Poll::Ready(called) => called,
-        Poll::Pending => stall
-            .wait(Pin::new(&mut call))
-            .await
-            .unwrap_or(Called::Stalled),
+        Poll::Pending => stall.wait(poll_fn(poll)).await.unwrap_or(Called::Stalled),
     }
 }
 
@@ -738,9 +718,9 @@ where
 /// held across an await), as `tracing::Instrument` would, without taking the span by value
 /// (the caller records a failure on it afterwards).
 ///
-/// A function of its own, called only when some subscriber wants the span
-/// (`observe::span_if_wanted`): entering a span in `guarded`, even a disabled one, cost every
-/// delivery 6 to 40 instructions in the cost gate, whoever listened.
+/// A function of its own, called only by the traced form of the loop when the span is
+/// enabled: entering a span, even a disabled one, is not free, and the plain form pays
+/// nothing for spans.
 async fn guarded_in<C, F>(
     call: C,
     stall: &mut Stall,
@@ -751,8 +731,6 @@ where
     C: FnOnce() -> F,
     F: Future<Output = Result<(), HandlerError>>,
 {
-    // Entered by hand rather than with `Span::in_scope`, which the compiler stopped inlining
-    // here (26 instructions a delivery in the traced cost scenario).
     let made = {
         let _in_span = span.enter();
         std::panic::catch_unwind(AssertUnwindSafe(call))
@@ -761,20 +739,14 @@ where
         Ok(call) => call,
         Err(panic) => return Called::failed(failure, panic),
     };
-    let mut call = InSpan {
-        call: Caught {
-            call: pin!(call),
-            failure,
-        },
-        span,
+    let mut call = pin!(call);
+    let mut poll = |cx: &mut std::task::Context<'_>| {
+        let _in_span = span.enter();
+        poll_caught(call.as_mut(), failure, cx)
     };
-    let first = Once(&mut call).await;
-    match first {
+    match poll_fn(|cx| Poll::Ready(poll(cx))).await {
         Poll::Ready(called) => called,
-        Poll::Pending => stall
-            .wait(Pin::new(&mut call))
-            .await
-            .unwrap_or(Called::Stalled),
+        Poll::Pending => stall.wait(poll_fn(poll)).await.unwrap_or(Called::Stalled),
     }
 }
 
@@ -787,79 +759,33 @@ impl Called {
     }
 }
 
-/// A handler call's future, polled under a panic guard: `futures`' `CatchUnwind`, except
-/// that what leaves the guard is one byte (see [`Called`]), the failure going to `failure`.
-struct Caught<'a, F> {
-    call: Pin<&'a mut F>,
-    failure: &'a mut Option<Failure>,
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for Caught<'_, F> {
-    type Output = Called;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        let Caught { call, failure } = self.get_mut();
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| match call.as_mut().poll(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(Called::Done),
-            Poll::Ready(Err(error)) => {
-                **failure = Some(Failure::Err(error));
-                Poll::Ready(Called::Failed)
-            }
-            Poll::Pending => Poll::Pending,
-        }));
-        match polled {
-            Ok(poll) => poll,
-            Err(panic) => Poll::Ready(Called::failed(failure, panic)),
+/// Polls a handler call's future under a panic guard: `futures`' `CatchUnwind`, except that
+/// what leaves the guard is one byte (see [`Called`]), the failure going to `failure`.
+#[inline]
+fn poll_caught<F: Future<Output = Result<(), HandlerError>>>(
+    call: Pin<&mut F>,
+    failure: &mut Option<Failure>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Called> {
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| match call.poll(cx) {
+        Poll::Ready(Ok(())) => Poll::Ready(Called::Done),
+        Poll::Ready(Err(error)) => {
+            *failure = Some(Failure::Err(error));
+            Poll::Ready(Called::Failed)
         }
-    }
-}
-
-/// A handler call's future, polled in its span.
-///
-/// Hand-written futures rather than `poll_fn` closures, as `next` is: entering the span made
-/// the closure of the first poll too big to inline.
-struct InSpan<'a, F> {
-    call: Caught<'a, F>,
-    span: &'a Span,
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> InSpan<'_, F> {
-    #[inline(always)]
-    fn poll_in_span(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        let _in_span = self.span.enter();
-        Pin::new(&mut self.call).poll(cx)
-    }
-}
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for InSpan<'_, F> {
-    type Output = Called;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Called> {
-        self.get_mut().poll_in_span(cx)
-    }
-}
-
-/// Polls an [`InSpan`] once, inline (no timer for handlers that finish at once): ready with
-/// what that poll returned.
-struct Once<'a, 'b, F>(&'b mut InSpan<'a, F>);
-
-impl<F: Future<Output = Result<(), HandlerError>>> Future for Once<'_, '_, F> {
-    type Output = Poll<Called>;
-
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
-        Poll::Ready(self.get_mut().0.poll_in_span(cx))
+        Poll::Pending => Poll::Pending,
+    }));
+    match polled {
+        Ok(poll) => poll,
+        Err(panic) => Poll::Ready(Called::failed(failure, panic)),
     }
 }
 
 /// A subscriber's stall timeout, and the timer that times it: made the first time a handler
 /// call does not finish at once, then reset for each such call. One allocation per subscriber
 /// that has a timeout and a handler that waits, rather than a `tokio::time::Timeout` in the
-/// task's future: that made every task 96 bytes bigger, and tokio copies a task's future
-/// several times while it spawns and ends it (the copies were 16 % of a subscribe in the cost
-/// gate).
+/// task's future: that would make every task's future bigger, and tokio moves a task's
+/// future several times while it spawns and ends it, a cost every subscribe pays.
 pub(crate) struct Stall {
     timeout: Option<Duration>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -878,7 +804,8 @@ impl Stall {
     /// spent the last of the task's budget, the timer is polled outside the budget (a timer
     /// polled with none left never fires, and a handler that spends its budget on every poll
     /// would never be timed out).
-    async fn wait<F: Future>(&mut self, mut call: Pin<&mut F>) -> Option<F::Output> {
+    async fn wait<F: Future>(&mut self, call: F) -> Option<F::Output> {
+        let mut call = pin!(call);
         let Some(timeout) = self.timeout else {
             return Some(call.await);
         };
@@ -934,17 +861,7 @@ fn detach(sub: &SubShared) {
     );
 }
 
-/// The task of a one-message-at-a-time subscriber.
-///
-/// Whether handler calls get a span (some tracing subscriber listens at `DEBUG`: see
-/// `observe`) is decided where the task would wait, not per message: the task runs one of
-/// two copies of its loop, [`handle_plain`] (no span code at all) or [`handle_traced`], and
-/// looks at tracing's level only when it finds no message or has spent tokio's budget (at
-/// most 128 messages); if the level asks for the other copy, it goes there instead of
-/// waiting. So a message that is there costs no level check (2 instructions a delivery above
-/// a build without span code, in the cost gate; 15 when the level was checked per message). A tracing subscriber installed
-/// while the task waits, or while it keeps finding messages, is seen at its next wait: the
-/// messages until then run as before (`tests/spans_switch.rs`).
+/// The task of a one-message-at-a-time subscriber: [`run_loop`] with one message a call.
 pub(crate) fn run<T, H>(
     reader: Reader<T>,
     handler: H,
@@ -954,9 +871,45 @@ where
     T: Send + Sync + 'static,
     H: Handler<T>,
 {
+    run_loop(reader, One(handler), sub)
+}
+
+/// The task of a batch subscriber: [`run_loop`] with what one look found in one call.
+pub(crate) fn run_batch<T, H>(
+    reader: Reader<T>,
+    handler: H,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    T: Send + Sync + 'static,
+    H: BatchHandler<T>,
+{
+    run_loop(reader, Many(handler), sub)
+}
+
+/// The task of a subscriber: [`handle`] in its plain or its traced form, switching between
+/// them where the task would wait.
+///
+/// Whether handler calls get a span (some tracing subscriber listens at `DEBUG`: see
+/// `observe`) is decided where the task would wait, not per call: the task runs
+/// `handle::<_, _, Plain>` (no span code at all) or `handle::<_, _, Traced>`, and looks at
+/// tracing's level only when it finds no message or has spent tokio's budget; if the level
+/// asks for the other form, it goes there instead of waiting. So a message that is there
+/// costs no level check. A tracing subscriber installed while the task waits, or while it
+/// keeps finding messages, is seen at its next wait: the messages until then run as before
+/// (`tests/spans_switch.rs`).
+fn run_loop<T, D>(
+    reader: Reader<T>,
+    delivery: D,
+    sub: Arc<SubShared>,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    T: Send + Sync + 'static,
+    D: Delivery<T>,
+{
     // An `async` block over one `Running` made out here, not an `async fn`: an `async fn`
-    // keeps each argument twice in its future (as passed, and as the body's local), which
-    // made every task's future 104 bytes bigger (see `Stall` for why that matters).
+    // keeps each argument twice in its future (as passed, and as the body's local), and every
+    // task's future would carry the copies (see `Stall` for why its size matters).
     let mut running = Running::new(reader, sub);
     async move {
         let mut handled = 0;
@@ -964,12 +917,15 @@ where
         loop {
             let Running { reader, sub, stall } = &mut running;
             let step = if traced {
-                // Boxed: the traced loop's future is 100 bytes bigger than the plain one's,
-                // and every task would carry it. One allocation each time the task takes the
-                // traced path (at its start, or when tracing's level changes).
-                Box::pin(handle_traced(reader, &handler, sub, stall, handled)).await
+                // Boxed: the traced loop's future is bigger than the plain one's, and every
+                // task would carry it. One allocation each time the task takes the traced
+                // path (at its start, or when tracing's level changes).
+                Box::pin(handle::<T, D, Traced>(
+                    reader, &delivery, sub, stall, handled,
+                ))
+                .await
             } else {
-                handle_plain(reader, &handler, sub, stall, handled).await
+                handle::<T, D, Plain>(reader, &delivery, sub, stall, handled).await
             };
             match step {
                 Step::Switch(now) => {
@@ -1032,200 +988,266 @@ impl<T> Drop for Running<T> {
     }
 }
 
-/// Why [`handle_plain`] or [`handle_traced`] returned.
+/// Why [`handle`] returned.
 enum Step {
-    /// Where the task would wait, tracing's level asked for the other path; this many
-    /// messages handled in all.
+    /// Where the task would wait, tracing's level asked for the other form of the loop; this
+    /// many messages handled in all.
     Switch(u64),
     /// The subscriber is done: stopped, closed and drained, or detached.
     End,
 }
 
-/// The two copies of the loop of [`run`]: `$name` handles messages until the subscriber is
-/// done or, where it would wait, tracing's level asks for the other copy (`traced` says which
-/// this one is). `span` makes a call's span from the subscriber and the position (an
-/// `Option<Span>`, or `()` for none), `call` runs a call to how it ended ([`Called`]) from
-/// the call, the stall timeout, `&span` and the slot for its failure, `as_span` gives the
-/// span to record a failure on. Two functions rather than one generic over a `const bool`:
-/// the plain copy's state machine then does not even hold the traced call's future (with
-/// both in it, a change to the traced one moved the plain one's cost).
-macro_rules! handle_loop {
-    (
-        $(#[$doc:meta])*
-        $name:ident,
-        traced: $traced:expr,
-        span: |$sub:ident, $position:ident| $span:expr,
-        call: |$call:ident, $stall:ident, $in:ident, $failure:ident| $run:expr,
-        as_span: |$of:ident| $as_span:expr $(,)?
-    ) => {
-        $(#[$doc])*
-        #[inline(always)]
-        async fn $name<T, H>(
-            reader: &mut Reader<T>,
-            handler: &H,
-            sub: &SubShared,
-            stall: &mut Stall,
-            mut handled: u64,
-        ) -> Step
-        where
-            T: Send + Sync + 'static,
-            H: Handler<T>,
-        {
-            let mut switched = false;
-            // A failed call's details, taken out right after the call (see `Called`).
-            let mut failure: Option<Failure> = None;
-            while next_or_switch::<$traced, T>(reader, sub, &mut switched).await {
-                // What is there, up to the stop position, taken as one ring batch and released
-                // message by message (see `RUN`).
-                let stop_at = sub.stop_at.load(Ordering::Acquire);
-                let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
-                    continue; // lowered since `next` looked: `next` now says stop
-                };
-                let Ok(mut batch) = reader.try_recv_batch(limit.min(RUN as u64) as usize) else {
-                    continue;
-                };
-                loop {
-                    let Some(message) = batch.get(0) else {
-                        break;
-                    };
-                    let began = sub.metrics.clock();
-                    let call = || handler.call(message);
-                    let span = {
-                        let ($sub, $position) = (sub, sub.start + handled);
-                        $span
-                    };
-                    let called = {
-                        let ($call, $stall, $in, $failure) =
-                            (call, &mut *stall, &span, &mut failure);
-                        $run
-                    };
-                    if called == Called::Stalled {
-                        detach(sub);
-                        return Step::End;
-                    }
-                    // Released at once, as a `ReadGuard` would: a waiting publisher has its room
-                    // as soon as the slowest subscriber is done with a message.
-                    batch.release(1);
-                    let lag = || {
-                        let position = sub.start + handled + 1;
-                        sub.owed_from(position, position + batch.lag())
-                    };
-                    sub.metrics
-                        .handled(began, 1, || Outcome::of(&failure), lag);
-                    if called == Called::Failed {
-                        if let Some(failure) = failure.take() {
-                            let $of = &span;
-                            sub.record(failure, $as_span, sub.start + handled, 1);
-                        }
-                    }
-                    handled += 1;
-                    sub.handled.store(handled, Ordering::Release); // pairs with `position`
-                    sub.bus.progressed();
-                    // The next message, if the task may go on: not past the stop position (a
-                    // bounded close lowers it to 0), and a unit of budget for it, as `next`
-                    // spends (refused: the task was woken, and yields at `next`).
-                    if sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
-                        || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
-                    {
-                        break;
-                    }
-                }
-                // The rest is read again.
-                batch.truncate(0);
-            }
-            if switched {
-                Step::Switch(handled)
-            } else {
-                Step::End
-            }
-        }
-    };
+/// How a subscriber hands what it takes from the ring to its handler: one message a call
+/// ([`One`]) or all that one look found in one call ([`Many`]).
+trait Delivery<T>: Send + Sync + 'static {
+    /// The messages of one handler call, borrowed from the ring batch.
+    type Messages<'a>: Send
+    where
+        T: 'a;
+
+    /// True if one call takes the whole ring batch; false if the batch is handed out one
+    /// message a call, the budget spent message by message.
+    const WHOLE: bool;
+
+    /// How many of the `limit` messages left before the stop position to take from the ring
+    /// at once (at least one: the task's first unit of budget pays for it).
+    fn take(reader: &Reader<T>, limit: u64, cx: &mut std::task::Context<'_>) -> usize;
+
+    /// The messages of the next call, and how many they are: `None` once `batch` is empty.
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(Self::Messages<'a>, u64)>;
+
+    /// How many messages the next call takes from `batch` (not empty).
+    fn len(batch: &ring::Batch<'_, T>) -> u64;
+
+    /// Makes the handler's call on `messages`.
+    fn call<'a>(
+        &'a self,
+        messages: Self::Messages<'a>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
+
+    /// The `ringbus.handle` span of a call on the `len` messages from `position` on.
+    fn span(sub: &SubShared, position: u64, len: u64) -> Span;
 }
 
-handle_loop!(
-    /// The loop of [`run`] with no span code: nobody listens at `DEBUG`.
-    handle_plain,
-    traced: false,
-    span: |_sub, _position| (),
-    call: |call, stall, _span, failure| guarded(call, stall, failure).await,
-    as_span: |_span| None,
-);
+/// One message a handler call ([`Handler`]).
+struct One<H>(H);
 
-handle_loop!(
-    /// The loop of [`run`] with a `ringbus.handle` span per handler call (when the span's
-    /// callsite is enabled: a subscriber may want `DEBUG` but not ours).
-    handle_traced,
-    traced: true,
-    span: |sub, position| observe::span_if_enabled(|| observe::handle_span(sub, position)),
-    call: |call, stall, span, failure| match span {
-        None => guarded(call, stall, failure).await,
-        Some(span) => guarded_in(call, stall, span, failure).await,
-    },
-    as_span: |span| span.as_ref(),
-);
+impl<T: Send + Sync + 'static, H: Handler<T>> Delivery<T> for One<H> {
+    type Messages<'a>
+        = &'a T
+    where
+        T: 'a;
 
-/// The task of a batch subscriber.
-pub(crate) fn run_batch<T, H>(
-    reader: Reader<T>,
-    handler: H,
-    sub: Arc<SubShared>,
-) -> impl Future<Output = ()> + Send + 'static
+    const WHOLE: bool = false;
+
+    #[inline]
+    fn take(_: &Reader<T>, limit: u64, _: &mut std::task::Context<'_>) -> usize {
+        limit.min(RUN as u64) as usize
+    }
+
+    #[inline]
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(&'a T, u64)> {
+        batch.get(0).map(|message| (message, 1))
+    }
+
+    #[inline]
+    fn len(_: &ring::Batch<'_, T>) -> u64 {
+        1
+    }
+
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        message: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.0.call(message)
+    }
+
+    #[inline]
+    fn span(sub: &SubShared, position: u64, _: u64) -> Span {
+        observe::handle_span(sub, position)
+    }
+}
+
+/// Every message one look found, in one handler call ([`BatchHandler`]).
+struct Many<H>(H);
+
+impl<T: Send + Sync + 'static, H: BatchHandler<T>> Delivery<T> for Many<H> {
+    type Messages<'a>
+        = Batch<'a, T>
+    where
+        T: 'a;
+
+    const WHOLE: bool = true;
+
+    /// What is there, up to `limit`, and as much of it as the budget pays for: the task's
+    /// first unit (spent by `next_or_switch`) pays for the first `PER_UNIT` messages; the rest is paid
+    /// here (see `coop`). The reader's lag is at least 1 here: `next_or_switch` saw a message, and the
+    /// writer's cursor only grows.
+    #[inline]
+    fn take(reader: &Reader<T>, limit: u64, cx: &mut std::task::Context<'_>) -> usize {
+        let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
+        let more = limit.saturating_sub(coop::PER_UNIT);
+        limit.min(coop::PER_UNIT + coop::pay_for(cx, more))
+    }
+
+    #[inline]
+    fn messages<'a>(batch: &'a ring::Batch<'_, T>) -> Option<(Batch<'a, T>, u64)> {
+        let (first, second) = batch.as_slices();
+        (!batch.is_empty()).then_some((Batch { first, second }, batch.len() as u64))
+    }
+
+    #[inline]
+    fn len(batch: &ring::Batch<'_, T>) -> u64 {
+        batch.len() as u64
+    }
+
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.0.call(batch)
+    }
+
+    fn span(sub: &SubShared, position: u64, len: u64) -> Span {
+        observe::batch_span(sub, position, len)
+    }
+}
+
+/// Whether the loop makes a `ringbus.handle` span per handler call: [`Plain`] has no span
+/// code at all, [`Traced`] makes the span when its callsite is enabled (a tracing subscriber
+/// may want `DEBUG` but not ours). Two types rather than a flag, so the plain loop's state
+/// machine does not even hold the traced call's future.
+trait Trace {
+    /// What `observe::spans_wanted` says while this form is the right one.
+    const TRACED: bool;
+
+    /// A call's span, if it has one.
+    type Span;
+
+    /// The span `make` makes, if this form makes spans and its callsite is enabled.
+    fn span(make: impl FnOnce() -> Span) -> Self::Span;
+
+    /// The span to record a failure on.
+    fn as_span(span: &Self::Span) -> Option<&Span>;
+}
+
+/// The loop without spans: nobody listens at `DEBUG`.
+struct Plain;
+
+impl Trace for Plain {
+    const TRACED: bool = false;
+    type Span = ();
+
+    #[inline]
+    fn span(_: impl FnOnce() -> Span) {}
+
+    #[inline]
+    fn as_span(_: &()) -> Option<&Span> {
+        None
+    }
+}
+
+/// The loop with a `ringbus.handle` span per handler call.
+struct Traced;
+
+impl Trace for Traced {
+    const TRACED: bool = true;
+    type Span = Option<Span>;
+
+    #[inline]
+    fn span(make: impl FnOnce() -> Span) -> Option<Span> {
+        observe::span_if_enabled(make)
+    }
+
+    #[inline]
+    fn as_span(span: &Option<Span>) -> Option<&Span> {
+        span.as_ref()
+    }
+}
+
+/// The subscriber's loop: handles messages until the subscriber is done or, where it would
+/// wait, tracing's level asks for the other form (`R`) of the loop.
+///
+/// Each turn takes what is there, up to the stop position, as one ring batch ([`RUN`] at most
+/// for one-message calls), hands it to the handler as `D` says, and releases each call's
+/// messages as soon as that call is done, as a `ReadGuard` would: a waiting publisher has its
+/// room as soon as the slowest subscriber is done with a message.
+async fn handle<T, D, R>(
+    reader: &mut Reader<T>,
+    delivery: &D,
+    sub: &SubShared,
+    stall: &mut Stall,
+    mut handled: u64,
+) -> Step
 where
     T: Send + Sync + 'static,
-    H: BatchHandler<T>,
+    D: Delivery<T>,
+    R: Trace,
 {
-    // As `run`: one `Running`, the reader dropped before the subscriber is marked ended.
-    let mut running = Running::new(reader, sub);
-    async move {
-        let Running { reader, sub, stall } = &mut running;
-        let reader: &mut Reader<T> = reader;
-        let sub: &SubShared = sub;
-        let mut handled = 0;
-        let mut failure: Option<Failure> = None;
-        while next(reader, sub).await {
-            // An unsubscribe may have lowered `stop_at` since `next` looked, even below our
-            // position (its `published()` was read before we got this far): then stop, as `next`
-            // would, rather than underflow or hand the handler an empty batch.
-            let stop_at = sub.stop_at.load(Ordering::Acquire);
-            let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+    let mut switched = false;
+    // A failed call's details, taken out right after the call (see `Called`).
+    let mut failure: Option<Failure> = None;
+    while next_or_switch::<R, T>(reader, sub, &mut switched).await {
+        // An unsubscribe may have lowered `stop_at` since `next_or_switch` looked, even below our
+        // position: then `next_or_switch` says stop, rather than this underflow or hand out nothing.
+        let stop_at = sub.stop_at.load(Ordering::Acquire);
+        let Some(limit) = stop_at.checked_sub(reader.position()).filter(|&n| n > 0) else {
+            continue;
+        };
+        let take = poll_fn(|cx| Poll::Ready(D::take(reader, limit, cx))).await;
+        let Ok(mut batch) = reader.try_recv_batch(take) else {
+            continue;
+        };
+        loop {
+            let Some((messages, len)) = D::messages(&batch) else {
                 break;
             };
-            // `next` paid for the first `PER_UNIT` messages; pay for the rest of what is there
-            // (at most what the budget allows: see `coop`). `lag` is at least 1 here: `next`
-            // saw a message, and the writer's cursor it reads only grows.
-            let limit = limit.min(reader.lag()).min(usize::MAX as u64) as usize;
-            let more = limit.saturating_sub(coop::PER_UNIT);
-            let paid = coop::PER_UNIT + poll_fn(|cx| Poll::Ready(coop::pay_for(cx, more))).await;
-            let Ok(batch) = reader.try_recv_batch(limit.min(paid)) else {
-                continue;
-            };
-            let (first, second) = batch.as_slices();
-            let len = batch.len() as u64;
             let began = sub.metrics.clock();
-            let call = || handler.call(Batch { first, second });
-            let span =
-                observe::span_if_wanted(|| observe::batch_span(sub, sub.start + handled, len));
-            let called = match &span {
+            let span = R::span(|| D::span(sub, sub.start + handled, len));
+            let call = || delivery.call(messages);
+            let called = match R::as_span(&span) {
                 None => guarded(call, stall, &mut failure).await,
                 Some(span) => guarded_in(call, stall, span, &mut failure).await,
             };
             if called == Called::Stalled {
                 detach(sub);
-                return;
+                return Step::End;
             }
-            drop(batch);
-            let lag = || sub.owed_from(reader.position(), reader.position() + reader.lag());
+            let len = D::len(&batch);
+            batch.release(len as usize);
+            let lag = || {
+                let position = sub.start + handled + len;
+                sub.owed_from(position, position + batch.lag())
+            };
             sub.metrics
                 .handled(began, len, || Outcome::of(&failure), lag);
             if called == Called::Failed {
                 if let Some(failure) = failure.take() {
-                    sub.record(failure, span.as_ref(), sub.start + handled, len);
+                    sub.record(failure, R::as_span(&span), sub.start + handled, len);
                 }
             }
             handled += len;
             sub.handled.store(handled, Ordering::Release); // pairs with `position`
             sub.bus.progressed();
+            // The next message of the batch, if the task may go on: not past the stop
+            // position (a bounded close lowers it to 0), and a unit of budget for it, as
+            // `next_or_switch` spends (refused: the task was woken, and yields at `next_or_switch`).
+            if D::WHOLE
+                || sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
+                || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
+            {
+                break;
+            }
         }
+        // The rest is read again.
+        batch.truncate(0);
+    }
+    if switched {
+        Step::Switch(handled)
+    } else {
+        Step::End
     }
 }
 
