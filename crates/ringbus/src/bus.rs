@@ -626,6 +626,19 @@ impl Bus {
     /// [`publish`](Self::publish) that gives up when `ctx` ends: `Err(Cancelled(msg))`, and no
     /// subscriber sees the message.
     ///
+    /// `ctx`'s deadline runs on tokio's time driver (see [`Context`], "Deadlines").
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish), plus [`PublishError::Cancelled`] when `ctx` ends first,
+    /// and [`PublishError::NoRuntime`] when `ctx` has a deadline (not yet passed) and no tokio
+    /// runtime is reachable here to time it.
+    ///
+    /// # Panics
+    ///
+    /// When it has to wait with a deadline on a runtime built without its time driver, as
+    /// tokio's timers do (guarantee 9).
+    ///
     /// # Cancel safety
     ///
     /// As [`publish`](Self::publish).
