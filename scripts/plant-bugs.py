@@ -308,12 +308,12 @@ BUGS = [
            "close::a_bounded_close_stops_a_subscriber_in_the_middle_of_what_it_took_at_once")),
     ("bus close_with: the report counts what was left before the grace",
      BUS + "bus.rs",
-     "        grace(&mut stopped).await;\n"
+     "        grace(&mut stopped, grace_timer).await;\n"
      "        for topic in &topics {\n"
      "            topic.close().await;\n"
      "        }\n",
      "        let early = left_unhandled(&topics, &per_topic, &stopped);\n"
-     "        grace(&mut stopped).await;\n"
+     "        grace(&mut stopped, grace_timer).await;\n"
      "        for topic in &topics {\n"
      "            topic.close().await;\n"
      "        }\n"
@@ -400,7 +400,7 @@ BUGS = [
      "        self.state.stall_timeout(&options)?;\n        // A retry policy",
      "        // A retry policy",
      plain("suite",
-           "no_runtime::a_retry_policy_without_a_time_driver_is_an_error")),
+           "no_runtime::a_retry_policy_without_a_time_driver_panics_at_subscribe")),
     ("bus subscriber: a stall timeout past the clock's range overflows",
      BUS + "subscriber.rs",
      "        let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {",
@@ -440,6 +440,25 @@ BUGS = [
      "        });\n        // A `quiescent` pass that saw the list of topics change is not idle, and waits for\n",
      "        });\n        #[cfg(any())]\n",
      plain("suite", "close::close_returns_while_topics_are_being_made")),
+    ("bus time: a panic hook installed again (chained to the application's)",
+     BUS + "time.rs",
+     "    drop(tokio::time::sleep(Duration::ZERO));\n",
+     "    let previous = std::panic::take_hook();\n"
+     "    std::panic::set_hook(Box::new(move |info| previous(info)));\n"
+     "    drop(tokio::time::sleep(Duration::ZERO));\n",
+     plain("panic_hook", "the_bus_never_replaces_the_applications_panic_hook")),
+    ("bus context: a deadline off-runtime is not refused",
+     BUS + "context.rs",
+     "        self.deadline.is_none() || crate::time::runtime_reachable()\n",
+     "        true\n",
+     plain("suite", "no_runtime::publish_with_a_deadline_off_runtime_is_no_runtime")),
+    ("bus subscribe: a stall timeout's timer is first made in the subscriber's task",
+     BUS + "bus.rs",
+     "        if timeout.is_some() || options.retry.is_some() {\n"
+     "            crate::time::require_driver();\n"
+     "        }\n",
+     "",
+     plain("suite", "no_runtime::a_stall_timeout_without_a_time_driver_panics_at_subscribe")),
 ]
 
 

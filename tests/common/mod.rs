@@ -178,10 +178,12 @@ pub(crate) fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
 
 /// A multi-thread runtime with one worker, that worker held (blocked in a task) until the
 /// returned sender sends or is dropped: what is spawned meanwhile is queued, not run, so a
-/// subscriber's first look at its ring finds everything published before the release.
+/// subscriber's first look at its ring finds everything published before the release. With
+/// tokio's time driver, which a bounded close needs.
 pub(crate) fn runtime_with_held_worker() -> (tokio::runtime::Runtime, std::sync::mpsc::Sender<()>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .enable_time()
         .build()
         .expect("a multi-thread runtime");
     let (release, hold) = std::sync::mpsc::channel::<()>();

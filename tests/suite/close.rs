@@ -714,12 +714,27 @@ fn a_bounded_close_stops_a_subscriber_in_the_middle_of_what_it_took_at_once() {
     release_worker.send(()).unwrap();
     assert_eq!(entered.recv_timeout(Duration::from_secs(10)), Ok(0));
 
-    // Closed from this thread (the worker is blocked in the handler).
+    // Closed from this thread (the worker is blocked in the handler). Its first poll stops
+    // the subscriber and waits in the grace, on the grace's timer, which the blocked worker
+    // does not drive: the handler is released only then, and the close goes on once the
+    // subscriber's task ended.
     let token = CancellationToken::new();
     token.cancel();
-    let report = runtime.block_on(bus.close_with(&Context::from(token)));
+    let ctx = Context::from(token);
+    let report = runtime.block_on(async {
+        let mut close = std::pin::pin!(bus.close_with(&ctx));
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(close.as_mut(), cx))
+        })
+        .await;
+        assert!(
+            first.is_pending(),
+            "the close did not wait for the handler's poll"
+        );
+        release.send(()).unwrap();
+        close.await
+    });
     assert!(!report.complete);
-    release.send(()).unwrap();
     runtime.block_on(sub.unsubscribe());
 
     assert_eq!(

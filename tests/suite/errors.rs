@@ -48,7 +48,6 @@ fn the_debug_of_every_bus_error_leads_with_its_message() {
             "NoSubscriber",
         ),
         (Error::NoRuntime, "NoRuntime"),
-        (Error::NoTimer, "NoTimer"),
         (
             Error::CapacityMismatch {
                 topic: Arc::from("orders"),
@@ -109,6 +108,7 @@ fn the_debug_of_every_publish_error_leads_with_its_message_without_the_message_b
             PublishError::NoSubscriber(Order, Arc::from("ordrs")),
             "NoSubscriber",
         ),
+        (PublishError::NoRuntime(Order), "NoRuntime"),
     ];
     for (e, variant) in errors {
         assert_message_first(format!("{e:?}"), format!("{e:#?}"), e.to_string(), variant);
@@ -127,6 +127,7 @@ fn the_debug_of_every_request_error_leads_with_its_message_without_the_message_b
         (RequestError::Cancelled(None), "Cancelled"),
         (RequestError::Failed("out of stock".into()), "Failed"),
         (RequestError::Closed(Order), "Closed"),
+        (RequestError::NoRuntime(Order), "NoRuntime"),
     ];
     for (e, variant) in errors {
         assert_message_first(format!("{e:?}"), format!("{e:#?}"), e.to_string(), variant);

@@ -1,10 +1,16 @@
 //! [`Bus`]: the topic registry (sharded, lock-free lookups: see `map`), and the bus-wide operations (publish by
 //! name, subscribe, close, stats).
+//!
+//! A thread-local decides behaviour here: whether the caller is one of this bus's handlers
+//! (`BusState::in_own_handler`, from the subscriber loop's `subscriber::current`). A handler
+//! may publish while its bus drains, and its `close` starts the drain without waiting for
+//! it; any other caller (another bus's handler too) is refused, or waits.
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hasher;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,11 +129,16 @@ struct Inner {
 ///    and both types.
 /// 8. **Subscribe at any time.** A subscriber sees the messages published after `subscribe`
 ///    returned.
-/// 9. **No runtime, no panic.** Subscribing without a tokio runtime is [`Error::NoRuntime`];
-///    with a stall timeout or a retry policy, on a runtime built without its time driver,
-///    [`Error::NoTimer`].
-///    Publishing needs no runtime, and a [`Context`] deadline is kept without tokio's timer
-///    where there is none (on a helper thread).
+/// 9. **No runtime, no panic.** Subscribing where no tokio runtime is reachable is
+///    [`Error::NoRuntime`]. Publishing and [`close`](Self::close) need no runtime; a publish
+///    whose [`Context`] has a deadline does (the deadline is timed on tokio's time driver):
+///    without one it is [`PublishError::NoRuntime`], the message given back.
+///    Timers ([`Context`] deadlines, [stall timeouts](SubscribeOptions::stall_timeout),
+///    [retry backoff](crate::RetryPolicy), a [bounded close](Self::close_with)'s grace) run on
+///    tokio's time driver, as `tokio::time` does: on a runtime built without it they panic as
+///    tokio's timers do (tokio cannot be asked whether a runtime has one), at subscribe for a
+///    stall timeout or a retry policy. The bus changes no process-wide state: no panic hook,
+///    no global `tracing` subscriber, no helper thread.
 /// 10. **Zero allocations** per publish and per delivery in the steady state.
 /// 11. **A good tokio neighbour.** Every publish route and every subscriber's receive loop
 ///     spends tokio's cooperative budget (`tokio::task::coop`), as tokio's own channels do:
@@ -182,16 +193,24 @@ impl BusState {
         self.progress.progressed();
     }
 
-    /// The stall timeout a subscriber with `options` gets, or `NoTimer` if it has one (or a
-    /// retry policy, whose backoff sleeps) and the current runtime cannot time it (see
-    /// `time`).
+    /// The stall timeout a subscriber with `options` gets; `NoRuntime` where no runtime is
+    /// reachable to run the subscriber.
+    ///
+    /// # Panics
+    ///
+    /// With a stall timeout or a retry policy (whose backoff sleeps), on a runtime built
+    /// without its time driver: tokio's panic, raised here at subscribe rather than later in
+    /// the subscriber's task (see `time`).
     pub(crate) fn stall_timeout(
         &self,
         options: &SubscribeOptions,
     ) -> Result<Option<Duration>, Error> {
+        if !crate::time::runtime_reachable() {
+            return Err(Error::NoRuntime);
+        }
         let timeout = options.stall_timeout.or(self.stall_timeout);
-        if (timeout.is_some() || options.retry.is_some()) && !crate::time::has_time_driver() {
-            return Err(Error::NoTimer);
+        if timeout.is_some() || options.retry.is_some() {
+            crate::time::require_driver();
         }
         Ok(timeout)
     }
@@ -304,9 +323,9 @@ impl BusBuilder {
 
     /// A default stall timeout for every subscriber (see
     /// [`SubscribeOptions::stall_timeout`], which says what it cannot detach: a handler that
-    /// blocks its thread). Off by default: slow subscribers make publishers wait. Timing it
-    /// needs the tokio runtime's time driver: subscribing on a runtime without one is then
-    /// [`Error::NoTimer`].
+    /// blocks its thread). Off by default: slow subscribers make publishers wait. It is timed
+    /// on tokio's time driver: subscribing on a runtime built without one then panics, as
+    /// tokio's timers do.
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self
@@ -402,29 +421,30 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A bounded close's grace for the tasks it met in the middle of a poll: most such polls are
 /// about to return (the handler yields, or the worker thread was preempted right there), and
-/// the abort ends the task as soon as one does. Waits up to [`STOP_GRACE`] for those tasks to
-/// end, then marks each that did (or that is now between polls) as not running, so that only
-/// a handler that really does not yield is reported running.
-async fn grace(stopped: &mut [(Arc<SubShared>, Unhandled)]) {
+/// the abort ends the task as soon as one does. Waits for those tasks' end notifications
+/// (`SubShared::done`) until `timer` (tokio's, made by `close_with`) fires [`STOP_GRACE`] from
+/// now, then marks each that ended (or that is now between polls) as not running, so that
+/// only a handler that really does not yield is reported running. Without a timer (no
+/// runtime reachable) there is no grace: it only looks again.
+async fn grace(
+    stopped: &mut [(Arc<SubShared>, Unhandled)],
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+) {
     if !stopped.iter().any(|(_, u)| u.running) {
         return;
     }
-    if crate::time::has_time_driver() {
+    if let Some(mut timer) = timer {
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + STOP_GRACE);
         let ended = async {
             for (sub, _) in stopped.iter().filter(|(_, u)| u.running) {
                 sub.done.cancelled().await;
             }
         };
-        let _ = tokio::time::timeout(STOP_GRACE, ended).await;
-    } else {
-        // No timer to bound a wait: look again for the same time, letting the operating
-        // system run the preempted threads meanwhile.
-        let started = std::time::Instant::now();
-        while started.elapsed() < STOP_GRACE
-            && stopped.iter().any(|(sub, u)| u.running && !sub.ended())
-        {
-            std::thread::yield_now();
-            tokio::task::yield_now().await;
+        tokio::select! {
+            _ = ended => {}
+            _ = timer => {}
         }
     }
     for (sub, unhandled) in stopped.iter_mut() {
@@ -505,13 +525,13 @@ impl Bus {
     }
 
     /// The topic a new subscriber of `topic` joins: refuses before making anything when no
-    /// runtime could run the subscriber (or time its stall timeout).
+    /// runtime could run the subscriber (and panics, as tokio does, when it has a stall
+    /// timeout or a retry policy and the runtime has no time driver).
     pub(crate) fn subscribable<T: Send + Sync + 'static>(
         &self,
         topic: &str,
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
-        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         self.inner.state.stall_timeout(options)?;
         Ok(self.resolve_arc::<T>(topic, options.capacity)?)
     }
@@ -605,6 +625,19 @@ impl Bus {
 
     /// [`publish`](Self::publish) that gives up when `ctx` ends: `Err(Cancelled(msg))`, and no
     /// subscriber sees the message.
+    ///
+    /// `ctx`'s deadline runs on tokio's time driver (see [`Context`], "Deadlines").
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish), plus [`PublishError::Cancelled`] when `ctx` ends first,
+    /// and [`PublishError::NoRuntime`] when `ctx` has a deadline (not yet passed) and no tokio
+    /// runtime is reachable here to time it.
+    ///
+    /// # Panics
+    ///
+    /// When it has to wait with a deadline on a runtime built without its time driver, as
+    /// tokio's timers do (guarantee 9).
     ///
     /// # Cancel safety
     ///
@@ -768,12 +801,16 @@ impl Bus {
     ///
     /// # Errors
     ///
-    /// [`Error::NoRuntime`] outside a tokio runtime, [`Error::NoTimer`] with a stall timeout
-    /// (see [`BusBuilder::stall_timeout`]) or a retry policy on a runtime without a time
-    /// driver,
+    /// [`Error::NoRuntime`] outside a tokio runtime,
     /// [`Error::TypeMismatch`],
     /// [`Error::RingTooLarge`] (a new topic whose ring could not be allocated),
     /// [`Error::Closed`].
+    ///
+    /// # Panics
+    ///
+    /// With a stall timeout (see [`BusBuilder::stall_timeout`]) or a retry policy, on a
+    /// runtime built without its time driver: their timers run on it, and tokio's timers
+    /// panic there (guarantee 9). Never where no runtime is reachable (`NoRuntime`).
     pub fn subscribe<T, H>(&self, topic: &str, handler: H) -> Result<Subscription, Error>
     where
         T: Send + Sync + 'static,
@@ -905,6 +942,16 @@ impl Bus {
     /// in the background (unbounded) and the report says `complete: false` with nothing
     /// listed.
     ///
+    /// Its timers (`ctx`'s deadline and the grace) run on tokio's time driver. Where no
+    /// runtime is reachable, a `ctx` with only a token works and gives no grace: a subscriber
+    /// met in the middle of a poll is reported running.
+    ///
+    /// # Panics
+    ///
+    /// As tokio's timers do (guarantee 9): on a runtime built without its time driver, unless
+    /// `ctx` never ends (as [`close`](Self::close)'s); where no runtime is reachable, if
+    /// `ctx` has a deadline.
+    ///
     /// # Cancel safety
     ///
     /// As [`close`](Self::close).
@@ -922,6 +969,11 @@ impl Bus {
                 unfinished: Vec::new(),
             };
         }
+        // The grace's timer (see `grace`), made before anything waits: on a runtime without a
+        // time driver, every bounded close then panics here with tokio's message, not only
+        // one that happens to meet a handler in the middle of a poll. `close` needs none.
+        let grace_timer = (!ctx.is_never() && crate::time::runtime_reachable())
+            .then(|| Box::pin(tokio::time::sleep(STOP_GRACE)));
         let complete = tokio::select! {
             biased;
             _ = self.drain() => true,
@@ -942,7 +994,7 @@ impl Bus {
             per_topic.push(subscribers.len());
             stopped.extend(subscribers);
         }
-        grace(&mut stopped).await;
+        grace(&mut stopped, grace_timer).await;
         for topic in &topics {
             topic.close().await;
         }

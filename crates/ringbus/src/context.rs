@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
-
-use crate::time::sleep_until;
 
 /// When a publish should give up: a deadline, a cancellation signal, both, or neither.
 ///
@@ -16,8 +14,18 @@ use crate::time::sleep_until;
 /// publishes (the bus re-exports `tokio_util`'s as `ringbus::CancellationToken`, so no
 /// dependency on `tokio_util` is needed for it). Dropping a publish future cancels it as well, without any context.
 ///
-/// Deadlines use tokio's timer inside a runtime, and a helper thread outside any runtime or
-/// in a runtime built without its time driver (so a deadline never panics).
+/// # Deadlines and tokio's time driver
+///
+/// A deadline is waited for on tokio's time driver, as [`tokio::time::sleep_until`] does
+/// (and follows tokio's clock, paused in tests). A publish that has a deadline:
+/// - where no tokio runtime is reachable (a plain thread, another executor) is
+///   [`PublishError::NoRuntime`](crate::PublishError::NoRuntime), the message given back,
+///   unless the deadline has already passed (then `Cancelled`). From a plain thread, enter a
+///   runtime that runs on other threads first ([`tokio::runtime::Handle::enter`]);
+/// - on a runtime built without its time driver panics when it has to wait, as tokio's
+///   timers do ("timers are disabled"): tokio cannot be asked whether a runtime has one.
+///
+/// A context with only a cancellation token needs no timer.
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,8 +51,7 @@ pub struct Context {
 }
 
 /// [`Context::new`], for the publishes without a context: a static, so a publish has no
-/// context to drop (with a span in it, the drop was a call: 13 instructions a publish in the
-/// cost gate).
+/// context to drop (with a span in it, dropping one is a call on every publish).
 pub(crate) static NEVER: Context = Context::new();
 
 impl Context {
@@ -136,6 +143,12 @@ impl Context {
         self.deadline.is_none() && self.token.is_none()
     }
 
+    /// True if the context can be waited for from here: it has no deadline, or a tokio
+    /// runtime is reachable to time it (see [`Context`], "Deadlines").
+    pub(crate) fn timer_reachable(&self) -> bool {
+        self.deadline.is_none() || crate::time::runtime_reachable()
+    }
+
     /// True once the deadline has passed or the token is cancelled.
     pub fn is_done(&self) -> bool {
         self.token.as_ref().is_some_and(|t| t.is_cancelled())
@@ -143,6 +156,11 @@ impl Context {
     }
 
     /// Completes when the context ends; never, for [`Context::new`].
+    ///
+    /// # Panics
+    ///
+    /// With a deadline, when first polled where no tokio runtime is reachable or on a runtime
+    /// built without its time driver, as [`tokio::time::sleep_until`] does.
     ///
     /// # Cancel safety
     ///

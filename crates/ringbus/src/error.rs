@@ -30,6 +30,10 @@ pub enum PublishError<T> {
     NoSubscriber(T, Arc<str>),
     /// The topic did not exist, and its ring could not be allocated: nothing was made.
     RingTooLarge(T, RingTooLarge),
+    /// The publish's [`Context`](crate::Context) has a deadline, and no tokio runtime is
+    /// reachable here to time it (a plain thread, another executor): deadlines run on tokio's
+    /// time driver. Publish without the deadline, or from inside a runtime.
+    NoRuntime(T),
 }
 
 impl<T> PublishError<T> {
@@ -41,7 +45,8 @@ impl<T> PublishError<T> {
             | PublishError::Full(m)
             | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _)
-            | PublishError::RingTooLarge(m, _) => m,
+            | PublishError::RingTooLarge(m, _)
+            | PublishError::NoRuntime(m) => m,
         }
     }
 
@@ -53,7 +58,8 @@ impl<T> PublishError<T> {
             | PublishError::Full(m)
             | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _)
-            | PublishError::RingTooLarge(m, _) => m,
+            | PublishError::RingTooLarge(m, _)
+            | PublishError::NoRuntime(m) => m,
         }
     }
 
@@ -66,6 +72,7 @@ impl<T> PublishError<T> {
             PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
             PublishError::NoSubscriber(m, topic) => PublishError::NoSubscriber(f(m), topic),
             PublishError::RingTooLarge(m, e) => PublishError::RingTooLarge(f(m), e),
+            PublishError::NoRuntime(m) => PublishError::NoRuntime(f(m)),
         }
     }
 }
@@ -91,6 +98,7 @@ impl<T> fmt::Debug for PublishError<T> {
                 .field(&Elided)
                 .field(e)
                 .finish(),
+            PublishError::NoRuntime(_) => f.debug_tuple("NoRuntime").field(&Elided).finish(),
         })
     }
 }
@@ -139,6 +147,10 @@ impl<T> fmt::Display for PublishError<T> {
                  published"
             ),
             PublishError::RingTooLarge(_, e) => e.fmt(f),
+            PublishError::NoRuntime(_) => f.write_str(
+                "no tokio runtime is reachable to time the publish's deadline; the message was \
+                 not published",
+            ),
         }
     }
 }
@@ -353,13 +365,10 @@ pub enum Error {
         /// The topic.
         topic: Arc<str>,
     },
-    /// No tokio runtime is reachable from here: subscribers are tokio tasks, so subscribing
-    /// needs one (call it from inside `#[tokio::main]`, a task, or `Runtime::enter`).
+    /// No tokio runtime is reachable from here, and what was asked needs one: subscribing
+    /// (subscribers are tokio tasks), or a publish with a deadline (timed on tokio's time
+    /// driver). Call it from inside `#[tokio::main]`, a task, or `Runtime::enter`.
     NoRuntime,
-    /// The tokio runtime has no time driver (it was built without `enable_time` or
-    /// `enable_all`), and what was asked needs one: a subscriber's stall timeout, or its
-    /// retry policy's backoff.
-    NoTimer,
     /// A topic exists with another capacity than the one asked for.
     CapacityMismatch {
         /// The topic.
@@ -409,13 +418,8 @@ impl fmt::Display for Error {
                 "topic \"{topic}\" has no subscriber (strict bus); nothing was published"
             ),
             Error::NoRuntime => f.write_str(
-                "no tokio runtime is reachable: subscribe from inside a tokio runtime \
-                 (#[tokio::main], a spawned task, or Runtime::enter)",
-            ),
-            Error::NoTimer => f.write_str(
-                "the tokio runtime has no time driver, which a stall timeout or a retry \
-                 backoff needs: build it with enable_time() (or enable_all(), as \
-                 #[tokio::main] does), or subscribe without them",
+                "no tokio runtime is reachable: subscribe, or publish with a deadline, from \
+                 inside a tokio runtime (#[tokio::main], a spawned task, or Runtime::enter)",
             ),
             Error::CapacityMismatch {
                 topic,
@@ -457,7 +461,6 @@ impl fmt::Debug for Error {
                 .field("topic", &&**topic)
                 .finish(),
             Error::NoRuntime => f.write_str("NoRuntime"),
-            Error::NoTimer => f.write_str("NoTimer"),
             Error::CapacityMismatch {
                 topic,
                 capacity,
@@ -498,13 +501,14 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
             PublishError::NoSubscriber(_, topic) => Error::NoSubscriber { topic },
             PublishError::RingTooLarge(_, e) => Error::RingTooLarge(e),
+            PublishError::NoRuntime(_) => Error::NoRuntime,
         }
     }
 }
 
 /// Why a [request](crate::Topic::request) got no reply.
 ///
-/// Where the request was not sent, the message comes back (`NoResponders`, `Closed`, and
+/// Where the request was not sent, the message comes back (`NoResponders`, `Closed`, `NoRuntime`, and
 /// `Timeout` / `Cancelled` with `Some`); once it was sent, handlers have borrowed it in
 /// place and it stays in the topic, so the error carries nothing (`None`).
 /// [`into_message`](Self::into_message) takes it back whatever the variant. Its `Debug`
@@ -531,13 +535,18 @@ pub enum RequestError<T> {
     Failed(String),
     /// The bus is closed (or closing): the request was not sent.
     Closed(T),
+    /// The request's [`Context`](crate::Context) has a deadline and no tokio runtime is
+    /// reachable to time it (see [`PublishError::NoRuntime`]): the request was not sent.
+    NoRuntime(T),
 }
 
 impl<T> RequestError<T> {
     /// Takes the message back, if the request was not sent.
     pub fn into_message(self) -> Option<T> {
         match self {
-            RequestError::NoResponders(m) | RequestError::Closed(m) => Some(m),
+            RequestError::NoResponders(m)
+            | RequestError::Closed(m)
+            | RequestError::NoRuntime(m) => Some(m),
             RequestError::Timeout(m) | RequestError::Cancelled(m) => m,
             RequestError::Unanswered | RequestError::Failed(_) => None,
         }
@@ -546,7 +555,9 @@ impl<T> RequestError<T> {
     /// The message, by reference, if the request was not sent.
     pub fn message(&self) -> Option<&T> {
         match self {
-            RequestError::NoResponders(m) | RequestError::Closed(m) => Some(m),
+            RequestError::NoResponders(m)
+            | RequestError::Closed(m)
+            | RequestError::NoRuntime(m) => Some(m),
             RequestError::Timeout(m) | RequestError::Cancelled(m) => m.as_ref(),
             RequestError::Unanswered | RequestError::Failed(_) => None,
         }
@@ -555,7 +566,9 @@ impl<T> RequestError<T> {
     /// True if the request reached the topic's subscribers (so handlers saw it).
     pub fn was_sent(&self) -> bool {
         match self {
-            RequestError::NoResponders(_) | RequestError::Closed(_) => false,
+            RequestError::NoResponders(_)
+            | RequestError::Closed(_)
+            | RequestError::NoRuntime(_) => false,
             RequestError::Timeout(m) | RequestError::Cancelled(m) => m.is_none(),
             RequestError::Unanswered | RequestError::Failed(_) => true,
         }
@@ -572,6 +585,7 @@ impl<T> fmt::Debug for RequestError<T> {
             RequestError::Cancelled(m) => f.debug_tuple("Cancelled").field(&sent(m)).finish(),
             RequestError::Failed(text) => f.debug_tuple("Failed").field(text).finish(),
             RequestError::Closed(_) => f.debug_tuple("Closed").field(&Elided).finish(),
+            RequestError::NoRuntime(_) => f.debug_tuple("NoRuntime").field(&Elided).finish(),
         })
     }
 }
@@ -600,6 +614,10 @@ impl<T> fmt::Display for RequestError<T> {
             }
             RequestError::Failed(text) => write!(f, "the replier failed: {text}"),
             RequestError::Closed(_) => f.write_str("the bus is closed; the request was not sent"),
+            RequestError::NoRuntime(_) => f.write_str(
+                "no tokio runtime is reachable to time the request's deadline; the request was \
+                 not sent",
+            ),
         }
     }
 }
@@ -609,13 +627,14 @@ impl<T> std::error::Error for RequestError<T> {}
 impl<T> From<RequestError<T>> for Error {
     /// `NoResponders` and `Unanswered` become [`Error::NoResponders`], `Timeout` and
     /// `Cancelled` [`Error::Cancelled`], `Failed` [`Error::ReplyFailed`], `Closed`
-    /// [`Error::Closed`].
+    /// [`Error::Closed`], `NoRuntime` [`Error::NoRuntime`].
     fn from(e: RequestError<T>) -> Self {
         match e {
             RequestError::NoResponders(_) | RequestError::Unanswered => Error::NoResponders,
             RequestError::Timeout(_) | RequestError::Cancelled(_) => Error::Cancelled,
             RequestError::Failed(text) => Error::ReplyFailed(text),
             RequestError::Closed(_) => Error::Closed,
+            RequestError::NoRuntime(_) => Error::NoRuntime,
         }
     }
 }

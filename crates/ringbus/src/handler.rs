@@ -365,8 +365,8 @@ impl SubscribeOptions {
     /// with [`tokio::task::spawn_blocking`] and await its handle: the handler then waits, and
     /// the timeout applies.
     ///
-    /// It runs on tokio's timer: on a runtime built without its time driver, subscribing
-    /// with it is [`Error::NoTimer`](crate::Error::NoTimer).
+    /// It runs on tokio's time driver, as `tokio::time` does: on a runtime built without
+    /// one, subscribing with it panics (tokio's "timers are disabled"), at subscribe.
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.stall_timeout = Some(timeout);
         self
@@ -380,8 +380,9 @@ impl SubscribeOptions {
     /// the failure is logged and counted as without retries. Retries are counted in
     /// [`SubscriberStats::retries`](crate::SubscriberStats::retries).
     ///
-    /// The backoff sleeps run on tokio's timer: on a runtime built without its time driver,
-    /// subscribing with a retry policy is [`Error::NoTimer`](crate::Error::NoTimer). A
+    /// The backoff sleeps run on tokio's time driver, as `tokio::time` does: on a runtime
+    /// built without one, subscribing with a retry policy panics (tokio's "timers are
+    /// disabled"), at subscribe. A
     /// [stall timeout](Self::stall_timeout) covers a message's whole handling, its retries
     /// and sleeps included. Batch subscribers do not retry: `subscribe_batch` with a retry
     /// policy is [`Error::Unsupported`](crate::Error::Unsupported).

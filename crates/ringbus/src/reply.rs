@@ -559,6 +559,7 @@ where
                 return Err(match e {
                     PublishError::Cancelled(r) => ended(ctx, Some(r.message)),
                     PublishError::NoSubscriber(r, _) => RequestError::NoResponders(r.message),
+                    PublishError::NoRuntime(r) => RequestError::NoRuntime(r.message),
                     // `Closed`; `Full` and `TypeMismatch` are not returned by a publish
                     // through a typed handle that waits for room.
                     other => RequestError::Closed(other.into_inner().message),

@@ -63,8 +63,9 @@ use crate::subscriber::{panic_message, Counters, SubShared};
 ///
 /// Give it to a subscriber with [`SubscribeOptions::retry`], or write
 /// `retry(attempts = 3, backoff = "10ms")` in `#[subscriber(..)]`. The backoff sleeps run on
-/// tokio's timer: on a runtime built without its time driver, subscribing with a retry
-/// policy is [`Error::NoTimer`].
+/// tokio's time driver, as `tokio::time` does: on a runtime built without one, subscribing
+/// with a retry policy panics (tokio's "timers are disabled"), at subscribe rather than at
+/// the first retry.
 ///
 /// While a message is retried, its subscriber takes no other message (order is kept) and
 /// holds its place in the topic like a slow handler (publishers wait for it once its queue

@@ -166,7 +166,9 @@ impl<T: Clone + Send + Sync + 'static> Recorder<T> {
     ///
     /// If fewer than `n` came within the [`timeout`](Self::timeout) (10 s by default), with
     /// the topic and the count in the message: a test waiting for what never comes fails
-    /// instead of hanging. On a runtime without a time driver it waits without a timeout.
+    /// instead of hanging. The timeout runs on tokio's time driver: on a runtime built
+    /// without one this panics as tokio's timers do (set [`timeout(None)`](Self::timeout)
+    /// there); where no runtime is reachable it waits without a timeout.
     ///
     /// # Cancel safety
     ///
@@ -174,7 +176,7 @@ impl<T: Clone + Send + Sync + 'static> Recorder<T> {
     pub async fn wait_for(&self, n: usize) -> Vec<T> {
         let wait = self.wait_until(n);
         match self.timeout {
-            Some(timeout) if crate::time::has_time_driver() => {
+            Some(timeout) if crate::time::runtime_reachable() => {
                 match tokio::time::timeout(timeout, wait).await {
                     Ok(messages) => messages,
                     Err(_) => panic!(

@@ -474,16 +474,22 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         }
     }
 
-    /// Refuses a publish at once, before it spends anything: if the bus refuses it, or `ctx`
-    /// is done. Every publish starts here.
+    /// Refuses a publish at once, before it spends anything: if the bus refuses it, `ctx`
+    /// is done, or `ctx` has a deadline that no runtime here can time. Every publish starts
+    /// here.
     #[inline]
     fn refused(&self, ctx: &Context) -> Option<Refused> {
         if self.state.refuses() {
             return Some(Refused::Closed);
         }
-        if !ctx.is_never() && ctx.is_done() {
-            self.cancelled(Duration::ZERO);
-            return Some(Refused::Cancelled);
+        if !ctx.is_never() {
+            if ctx.is_done() {
+                self.cancelled(Duration::ZERO);
+                return Some(Refused::Cancelled);
+            }
+            if !ctx.timer_reachable() {
+                return Some(Refused::NoRuntime);
+            }
         }
         None
     }
@@ -616,8 +622,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         handler: H,
     ) -> Result<Subscription, Error> {
         // Checked before `prepare` takes the retry policy out of `options`: its backoff
-        // sleeps, so without a time driver it is `NoTimer` (`spawn` checks again, for the
-        // stall timeout, on every route).
+        // sleeps on tokio's timer (`spawn` checks again, for the stall timeout, on every
+        // route).
         self.state.stall_timeout(&options)?;
         // A retry policy or dead-letter topic wraps the handler (see `retry`); the plain
         // subscriber runs its handler as it is.
@@ -783,6 +789,7 @@ impl Drop for Watch<'_> {
 enum Refused {
     Closed,
     Cancelled,
+    NoRuntime,
 }
 
 /// The topic of a publish, as [`TopicInner::publish_one`] finds it: a topic already
@@ -817,6 +824,7 @@ impl Refused {
         match self {
             Refused::Closed => PublishError::Closed(msg),
             Refused::Cancelled => PublishError::Cancelled(msg),
+            Refused::NoRuntime => PublishError::NoRuntime(msg),
         }
     }
 }

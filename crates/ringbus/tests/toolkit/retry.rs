@@ -346,10 +346,16 @@ fn a_retry_policy_needs_the_time_driver() {
     runtime.block_on(async {
         let bus = Bus::new();
         let options = SubscribeOptions::new().retry(RetryPolicy::new(2));
-        let err = bus
-            .subscribe_with("jobs", options, flaky(Calls::default()))
-            .unwrap_err();
-        assert_eq!(err, Error::NoTimer);
+        let subscribe = std::panic::AssertUnwindSafe(|| {
+            bus.subscribe_with("jobs", options, flaky(Calls::default()))
+        });
+        // tokio's own panic, at subscribe (not at the first backoff), as `tokio::time`'s.
+        let panic = std::panic::catch_unwind(subscribe).expect_err("subscribed without timers");
+        let message = (panic.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        assert!(message.contains("enable_time"), "{message}");
+        assert_eq!(bus.topic::<Job>("jobs").unwrap().subscriber_count(), 0);
         // A dead-letter topic alone never sleeps.
         let dead = bus.topic::<DeadLetter<Job>>("jobs.dead").unwrap();
         let options = SubscribeOptions::new().dead_letter(&dead);
