@@ -567,7 +567,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         match wait {
             Ok(()) => observe::waited(&self.name, since.elapsed()),
             Err(Refused::Cancelled) => self.cancelled(since.elapsed()),
-            Err(Refused::Closed) => {}
+            // A publish with no runtime for its deadline is refused before it waits.
+            Err(Refused::Closed | Refused::NoRuntime) => {}
         }
         // The bus may have closed while we waited: a publisher from outside the handlers
         // must not slip in after it did.
