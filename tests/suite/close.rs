@@ -813,12 +813,13 @@ async fn a_handler_of_another_bus_waits_for_this_bus_like_any_task() {
 
 /// `close` on a quiet bus while another task keeps making topics (nobody handles anything on
 /// them) returns: a topic made during its look at the counts used to leave it waiting for a
-/// subscriber's progress that never came. Counted rounds, each bounded by a watchdog; before
-/// the fix, 15 of 34 such rounds hung in a review's run on 2 cores.
+/// subscriber's progress that never came. Counted rounds, each bounded by a watchdog. The
+/// race is narrow (with the wake-up removed, fewer than one round in a hundred hangs on a
+/// quiet machine), so the rounds are many; each takes a few milliseconds.
 #[test]
 fn close_returns_while_topics_are_being_made() {
     let runtime = common::multi_thread(2);
-    for round in 0..30 {
+    for round in 0..1500 {
         runtime.block_on(async {
             let bus = Bus::builder().capacity(16).build();
             let subs: Vec<_> = (0..64)
