@@ -24,6 +24,7 @@ the repository, so that its next build does not take the last plant's build for 
 Set PLANT_BUGS_DIR to keep the copy.
 """
 
+import itertools
 import json
 import os
 import shutil
@@ -37,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 LOOM = {"RUSTFLAGS": "--cfg ringbus_loom", "LOOM_MAX_PREEMPTIONS": "3"}
 # A check still running after this many seconds is a hang: it counts as failed.
 TIMEOUT = 600
+# Numbers the copies of test binaries.
+COPIES = itertools.count()
 CORE = "crates/ringbus-core/src/"
 BUS = "crates/ringbus/src/"
 NATS = "crates/ringbus-nats/src/"
@@ -510,7 +513,8 @@ def build(check, scratch, bins, env_base):
     package_dir = os.path.dirname(tests[0]["manifest_path"])
     alone = any(not a["profile"]["test"] and os.path.dirname(a["manifest_path"]) == package_dir
                 for a in artifacts)
-    copy = os.path.join(bins, f"{len(os.listdir(bins))}-{os.path.basename(tests[0]['executable'])}")
+    # A name no other copy has had: a copy whose check has not run yet must not be replaced.
+    copy = os.path.join(bins, f"{next(COPIES)}-{os.path.basename(tests[0]['executable'])}")
     shutil.copy2(tests[0]["executable"], copy)
     return Built(copy, package_dir, args, env, alone)
 
