@@ -1,5 +1,5 @@
 //! A subscriber task looks at tracing's level where it would wait, not at every message (see
-//! `run_loop` in `crates/ringbus/src/subscriber.rs`): a tracing subscriber installed while the
+//! `run_loop` in `crates/ringbus/src/subscriber/task.rs`): a tracing subscriber installed while the
 //! bus runs gets the handler spans from the task's next wait on, for one-message and batch
 //! subscribers alike (they run one loop).
 //!

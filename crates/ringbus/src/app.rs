@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bus::Subscriber;
 use crate::context::Context;
 use crate::error::Error;
-use crate::handler::{HandlerOutput, Subscriber};
+use crate::handler::HandlerOutput;
 use crate::stats::CloseReport;
 use crate::subscriber::Subscription;
 use crate::Bus;

@@ -1,83 +1,32 @@
-//! [`Bus`]: the topic registry (sharded, lock-free lookups: see `map`), and the bus-wide operations (publish by
-//! name, subscribe, close, stats).
+//! [`Bus`]: the topic registry (sharded, lock-free lookups: see `map`), and the bus-wide
+//! operations (publish by name, subscribe, close, stats).
 //!
 //! A thread-local decides behaviour here: whether the caller is one of this bus's handlers
-//! (`BusState::in_own_handler`, from the subscriber loop's `subscriber::current`). A handler
-//! may publish while its bus drains, and its `close` starts the drain without waiting for
-//! it; any other caller (another bus's handler too) is refused, or waits.
+//! (`BusState::in_own_handler`, from `shared::current`, set around each poll of a subscriber
+//! task). A handler may publish while its bus drains, and its `close` starts the drain without
+//! waiting for it; any other caller (another bus's handler too) is refused, or waits.
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
-use std::hash::Hasher;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::delivery::Delivery;
-use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished};
-use crate::handler::{BatchHandler, Handler, SubscribeOptions, Subscriber};
+use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished, Unresolved};
+use crate::handler::{BatchHandler, Handler};
 use crate::map::TopicMap;
+use crate::options::SubscribeOptions;
 use crate::progress::Progress;
+use crate::shared::{BusState, SubShared};
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport, Unhandled};
-use crate::subscriber::{SubShared, Subscription};
-use crate::topic::{AnyTopic, TopicInner};
-
-/// What every topic of a bus shares (kept apart from the registry so topics do not keep it
-/// alive in a cycle).
-pub(crate) struct BusState {
-    /// Set once by `close`; publishes check it first.
-    pub(crate) closed: AtomicBool,
-    /// Cancelled by `close`: wakes publishers that wait for room or for the writer.
-    pub(crate) closing: CancellationToken,
-    /// The subscribers' progress, which `close` and delivery receipts wait on (see
-    /// `progress.rs`).
-    pub(crate) progress: Progress,
-    pub(crate) capacity: usize,
-    pub(crate) spin: u32,
-    pub(crate) max_subscribers: usize,
-    pub(crate) stall_timeout: Option<Duration>,
-    /// Strict routing: a publish to a topic with no subscriber is refused
-    /// ([`PublishError::NoSubscriber`]) instead of counted as unrouted.
-    pub(crate) strict: bool,
-    /// The subscribers whose task panicked outside a handler call, by id, with what each
-    /// left (see `SubShared::crashed`), for `close_with`'s report. Kept apart from the
-    /// topics' lists, which drop ended subscribers and feed delivery receipts.
-    pub(crate) crashed: std::sync::Mutex<Vec<(u64, Unhandled)>>,
-}
-
-/// Process-unique subscriber ids, so a handler's `close` recognises its own task whatever bus
-/// it closes.
-static NEXT_SUBSCRIBER_ID: AtomicU64 = AtomicU64::new(1);
-
-/// FNV-1a: topic names are short and chosen by the program, so a fast hash beats SipHash.
-#[derive(Clone, Copy)]
-pub(crate) struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+use crate::subscriber::{self, Subscription};
+use crate::topic::{AnyTopic, PublishTo, Topic, TopicInner};
 
 /// A registered topic: the typed object (for downcasting) and its type-erased face.
 pub(crate) struct Entry {
@@ -185,53 +134,6 @@ pub struct BusBuilder {
     strict: bool,
 }
 
-impl BusState {
-    /// Called by a subscriber after it handled a message (or ended): wakes `close` if it is
-    /// waiting for the subscribers to catch up.
-    #[inline]
-    pub(crate) fn progressed(&self) {
-        self.progress.progressed();
-    }
-
-    /// The stall timeout a subscriber with `options` gets; `NoRuntime` where no runtime is
-    /// reachable to run the subscriber.
-    ///
-    /// # Panics
-    ///
-    /// With a stall timeout or a retry policy (whose backoff sleeps), on a runtime built
-    /// without its time driver: tokio's panic, raised here at subscribe rather than later in
-    /// the subscriber's task (see `time`).
-    pub(crate) fn stall_timeout(
-        &self,
-        options: &SubscribeOptions,
-    ) -> Result<Option<Duration>, Error> {
-        if !crate::time::runtime_reachable() {
-            return Err(Error::NoRuntime);
-        }
-        let timeout = options.stall_timeout.or(self.stall_timeout);
-        if timeout.is_some() || options.retry.is_some() {
-            crate::time::require_driver();
-        }
-        Ok(timeout)
-    }
-
-    /// True when publishes from here are refused: the bus is closing and this is not one of
-    /// its handlers (they may still publish while it drains, so chains of topics finish; a
-    /// handler of another bus is refused like any other outsider).
-    #[inline]
-    pub(crate) fn refuses(&self) -> bool {
-        self.closed.load(Ordering::Acquire) && !self.in_own_handler()
-    }
-
-    /// True when called from inside one of this bus's handlers (a handler of another bus is
-    /// an outsider here).
-    #[inline]
-    pub(crate) fn in_own_handler(&self) -> bool {
-        crate::subscriber::current()
-            .is_some_and(|current| current.bus == std::ptr::from_ref(self) as usize)
-    }
-}
-
 impl Default for BusBuilder {
     fn default() -> Self {
         Self {
@@ -246,28 +148,16 @@ impl Default for BusBuilder {
     }
 }
 
-/// `capacity`, or a panic that names the limit it passes (see [`BusBuilder::MAX_CAPACITY`]).
-#[track_caller]
-pub(crate) fn checked_capacity(capacity: usize) -> usize {
-    assert!(
-        capacity <= BusBuilder::MAX_CAPACITY,
-        "ringbus: a topic capacity of {capacity} messages is more than \
-         BusBuilder::MAX_CAPACITY ({})",
-        BusBuilder::MAX_CAPACITY
-    );
-    capacity
-}
-
 impl BusBuilder {
     /// The largest topic capacity (2^30 messages): [`capacity`](Self::capacity) and
     /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity) refuse more. A topic
     /// allocates its capacity's slots when it is made, at the first publish or subscribe
     /// naming it. The limit is on messages, not bytes: a ring the process cannot have (2^30
     /// messages of 64 bytes ask for 64 GiB) is an `Err` of that publish or subscribe,
-    /// [`RingTooLarge`](crate::RingTooLarge), which names the topic, its capacity and the
+    /// [`RingTooLarge`], which names the topic, its capacity and the
     /// bytes asked for. A ring's empty slots are not written: memory is used as the ring
     /// fills.
-    pub const MAX_CAPACITY: usize = 1 << 30;
+    pub const MAX_CAPACITY: usize = crate::options::MAX_CAPACITY;
 
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
     /// default 1024).
@@ -289,7 +179,7 @@ impl BusBuilder {
     /// refuse a capacity they cannot hold).
     #[track_caller]
     pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = checked_capacity(capacity);
+        self.capacity = crate::options::checked_capacity(capacity);
         self
     }
 
@@ -303,11 +193,10 @@ impl BusBuilder {
     /// Polls a waiting subscriber or publisher makes before parking (default 0: it parks at
     /// once, as tokio's own channels do). A task that spins holds up the other tasks of its
     /// worker, and a subscriber woken by a publisher runs on that publisher's worker (tokio's
-    /// LIFO slot), so what it spins for is often the very task waiting behind it. Measured
-    /// side by side against 16 (the default until 2026-12-02): unbuffered publishing about
-    /// 40% faster, `publish/10` about 15% slower, latency percentiles alike within this
-    /// machine's noise (`docs/benchmarks/latency.md`). Worth trying with more cores than
-    /// busy tasks. A subscriber spins only while spinning pays off: after 4 spins in a row
+    /// LIFO slot), so what it spins for is often the very task waiting behind it: spinning
+    /// slows unbuffered publishing down and helps a busy fan-out a little
+    /// (`docs/notes/latency-2026-12.md` has the side-by-side run). Worth trying with more cores
+    /// than busy tasks. A subscriber spins only while spinning pays off: after 4 spins in a row
     /// that ended in a park anyway it parks at once, spinning again before one park in 16
     /// to notice when messages come close together again.
     pub fn spin(mut self, iterations: u32) -> Self {
@@ -532,7 +421,7 @@ impl Bus {
         topic: &str,
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
-        self.inner.state.stall_timeout(options)?;
+        subscriber::runnable(&self.inner.state, options)?;
         Ok(self.resolve_arc::<T>(topic, options.capacity)?)
     }
 
@@ -648,7 +537,11 @@ impl Bus {
         topic: &'a str,
         msg: T,
     ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a {
-        TopicInner::<T>::publish_named(self, ctx, topic, msg)
+        let named = Named {
+            bus: self,
+            name: topic,
+        };
+        TopicInner::publish_to(named, ctx, msg)
     }
 
     /// Publishes `msg` if there is room now; never waits for room, and is not `async`.
@@ -836,8 +729,7 @@ impl Bus {
         T: Send + Sync + 'static,
         H: Handler<T>,
     {
-        self.subscribable::<T>(topic, &options)?
-            .subscribe(options, handler)
+        subscriber::subscribe(&self.subscribable::<T>(topic, &options)?, options, handler)
     }
 
     /// Runs `handler` with everything available at once (a [`Batch`](crate::Batch) of two
@@ -855,8 +747,7 @@ impl Bus {
         T: Send + Sync + 'static,
         H: BatchHandler<T>,
     {
-        self.subscribable::<T>(topic, &options)?
-            .subscribe_batch(options, handler)
+        subscriber::subscribe_batch(&self.subscribable::<T>(topic, &options)?, options, handler)
     }
 
     /// Subscribes a handler that knows its topic and options, such as one made by
@@ -1122,49 +1013,6 @@ impl Bus {
     }
 }
 
-pub(crate) fn next_subscriber_id() -> u64 {
-    NEXT_SUBSCRIBER_ID.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Why a topic could not be had by name: it carries another type, or it did not exist and its
-/// ring could not be allocated.
-#[derive(Debug)]
-pub(crate) enum Unresolved {
-    TypeMismatch(TypeMismatch),
-    RingTooLarge(RingTooLarge),
-}
-
-impl Unresolved {
-    /// The publish error, giving `msg` back.
-    pub(crate) fn refuse<M>(self, msg: M) -> PublishError<M> {
-        match self {
-            Unresolved::TypeMismatch(e) => PublishError::TypeMismatch(msg, e),
-            Unresolved::RingTooLarge(e) => PublishError::RingTooLarge(msg, e),
-        }
-    }
-}
-
-impl From<TypeMismatch> for Unresolved {
-    fn from(e: TypeMismatch) -> Self {
-        Unresolved::TypeMismatch(e)
-    }
-}
-
-impl From<RingTooLarge> for Unresolved {
-    fn from(e: RingTooLarge) -> Self {
-        Unresolved::RingTooLarge(e)
-    }
-}
-
-impl From<Unresolved> for Error {
-    fn from(e: Unresolved) -> Self {
-        match e {
-            Unresolved::TypeMismatch(e) => Error::TypeMismatch(e),
-            Unresolved::RingTooLarge(e) => Error::RingTooLarge(e),
-        }
-    }
-}
-
 fn mismatch<T>(name: &str, entry: &Entry) -> TypeMismatch {
     TypeMismatch {
         topic: name.into(),
@@ -1182,121 +1030,35 @@ impl fmt::Debug for Bus {
     }
 }
 
-/// A resolved, typed handle to one topic: publishing through it skips the lookup by name.
-///
-/// Made by [`Bus::topic`]; cheap to clone.
-pub struct Topic<T> {
-    pub(crate) inner: Arc<TopicInner<T>>,
+/// A topic by name: `Bus::publish`'s.
+pub(crate) struct Named<'a> {
+    bus: &'a Bus,
+    name: &'a str,
 }
 
-impl<T> Clone for Topic<T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<T> fmt::Debug for Topic<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.inner, f)
+impl<'a, T: Send + Sync + 'static> PublishTo<'a, T> for Named<'a> {
+    #[inline]
+    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
+        self.bus.resolve::<T>(self.name, None)
     }
 }
 
-impl<T: Send + Sync + 'static> Topic<T> {
-    /// The topic's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
+/// A handler that knows its topic and options: what `#[subscriber]` generates, and what
+/// [`Bus::register`](crate::Bus::register) takes.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a subscriber: `register` takes what `#[subscriber(\"topic\")]` makes",
+    label = "not made by `#[subscriber]`",
+    note = "put `#[subscriber(\"topic\")]` on an `async fn(&Message)`, or pass a closure to `bus.subscribe(\"topic\", async |msg: &Message| ...)`"
+)]
+pub trait Subscriber: Send + Sync + 'static {
+    /// The message type.
+    type Message: Send + Sync + 'static;
+    /// The topic it subscribes to.
+    fn topic(&self) -> &str;
+    /// Its options.
+    fn options(&self) -> SubscribeOptions {
+        SubscribeOptions::new()
     }
-
-    /// Messages published so far.
-    pub fn published(&self) -> u64 {
-        AnyTopic::published(&*self.inner)
-    }
-
-    /// As [`Bus::publish`], without the lookup.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Bus::publish`].
-    pub fn publish(&self, msg: T) -> impl Future<Output = Result<(), PublishError<T>>> + Send + '_ {
-        self.inner.publish_with(&crate::context::NEVER, msg)
-    }
-
-    /// As [`Bus::publish_with`], without the lookup.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Bus::publish`].
-    pub fn publish_with<'a>(
-        &'a self,
-        ctx: &'a Context,
-        msg: T,
-    ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a {
-        self.inner.publish_with(ctx, msg)
-    }
-
-    /// As [`Bus::try_publish`] (`Full` only when the slowest subscriber's queue is full),
-    /// without the lookup.
-    pub fn try_publish(&self, msg: T) -> Result<(), PublishError<T>> {
-        self.inner.try_publish(msg)
-    }
-
-    /// As [`publish_with`](Self::publish_with), and returns a [`Delivery`]: a receipt whose
-    /// [`wait`](Delivery::wait) resolves once every subscriber present at the publish has
-    /// handled the message, with how many handlers failed on it.
-    ///
-    /// This is how a bridge acknowledges a message upstream only once it was handled here.
-    /// While receipts are outstanding, the bus's subscribers notify them after each message;
-    /// otherwise tracking costs nothing. Unlike `publish`, it allocates (the receipt and the
-    /// list of subscribers it waits for).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let bus = ringbus::Bus::new();
-    /// let _ok = bus.subscribe("jobs", |_: &u32| async {})?;
-    /// let _picky = bus.subscribe("jobs", |job: &u32| {
-    ///     let job = *job;
-    ///     async move { if job == 7 { Err("seven") } else { Ok(()) } }
-    /// })?;
-    /// let jobs = bus.topic::<u32>("jobs")?;
-    /// let seven = jobs.publish_tracked(&ringbus::Context::new(), 7).await?.wait().await;
-    /// assert_eq!((seven.handled, seven.failed), (2, 1));
-    /// assert!(!seven.is_ok());
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Bus::publish`]: dropped before it completes, the message was not published (an
-    /// unbuffered topic excepted, as documented there) and no receipt is left behind.
-    pub async fn publish_tracked(
-        &self,
-        ctx: &Context,
-        msg: T,
-    ) -> Result<Delivery, PublishError<T>> {
-        self.inner.publish_tracked(ctx, msg).await
-    }
-
-    /// As [`Bus::publish_batch`], without the lookup, bounded by `ctx`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Bus::publish_batch`].
-    pub async fn publish_batch<I: IntoIterator<Item = T>>(
-        &self,
-        ctx: &Context,
-        msgs: I,
-    ) -> Result<u64, PublishError<Unpublished<I::IntoIter>>> {
-        self.inner.publish_batch(ctx, msgs).await
-    }
-
-    /// As [`Bus::subscribe_with`], without the lookup.
-    pub fn subscribe<H: Handler<T>>(
-        &self,
-        options: SubscribeOptions,
-        handler: H,
-    ) -> Result<Subscription, Error> {
-        self.inner.subscribe(options, handler)
-    }
+    /// Subscribes it to `bus`: called by [`Bus::register`](crate::Bus::register).
+    fn subscribe(self, bus: &crate::Bus) -> Result<crate::Subscription, crate::Error>;
 }

@@ -25,66 +25,10 @@
 //!   visible in the positions it then reads (`notify_waiters` is a SeqCst read-modify-write
 //!   after the position store; creating the `Notified` is a SeqCst load of the same word).
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use crate::bus::BusState;
-use crate::subscriber::SubShared;
-
-/// The receipts of one topic.
-pub(crate) struct Tracker {
-    state: Arc<BusState>,
-    /// Handler failures per watched position.
-    failures: Mutex<HashMap<u64, usize>>,
-}
-
-impl Tracker {
-    pub(crate) fn new(state: Arc<BusState>) -> Self {
-        Self {
-            state,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn failures(&self) -> MutexGuard<'_, HashMap<u64, usize>> {
-        // Only counters live in the map: a panic cannot leave it inconsistent.
-        self.failures.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Registers a receipt for `position`, before the message is written there.
-    pub(crate) fn watch(&self, position: u64) {
-        self.failures().insert(position, 0);
-        self.state.progress.watch();
-    }
-
-    /// Drops the receipt for `position`.
-    pub(crate) fn unwatch(&self, position: u64) {
-        self.failures().remove(&position);
-        self.state.progress.unwatch();
-    }
-
-    /// A handler failed on the messages at `start..start + len`. Called before the
-    /// subscriber stores its new position; the error path, so it may take the lock.
-    pub(crate) fn failed(&self, start: u64, len: u64) {
-        let range = start..start.saturating_add(len);
-        for (_, n) in self
-            .failures()
-            .iter_mut()
-            .filter(|(p, _)| range.contains(p))
-        {
-            *n += 1;
-        }
-    }
-}
-
-impl fmt::Debug for Tracker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tracker")
-            .field("receipts", &self.failures().len())
-            .finish_non_exhaustive()
-    }
-}
+use crate::shared::{SubShared, Tracker};
 
 /// A receipt for one published message: [`wait`](Self::wait) resolves once every subscriber
 /// that was subscribed when it was published has handled it (or ended without doing so).
@@ -179,12 +123,7 @@ impl Delivery {
     }
 
     fn delivered(&self, handled: usize, missed: usize) -> Delivered {
-        let failed = self
-            .tracker
-            .failures()
-            .get(&self.position)
-            .copied()
-            .unwrap_or(0);
+        let failed = self.tracker.failures_at(self.position);
         Delivered {
             subscribers: self.subscribers.len(),
             handled,

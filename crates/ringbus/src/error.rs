@@ -506,6 +506,45 @@ impl<T> From<PublishError<T>> for Error {
     }
 }
 
+/// Why a topic could not be had by name: it carries another type, or it did not exist and its
+/// ring could not be allocated.
+#[derive(Debug)]
+pub(crate) enum Unresolved {
+    TypeMismatch(TypeMismatch),
+    RingTooLarge(RingTooLarge),
+}
+
+impl Unresolved {
+    /// The publish error, giving `msg` back.
+    pub(crate) fn refuse<M>(self, msg: M) -> PublishError<M> {
+        match self {
+            Unresolved::TypeMismatch(e) => PublishError::TypeMismatch(msg, e),
+            Unresolved::RingTooLarge(e) => PublishError::RingTooLarge(msg, e),
+        }
+    }
+}
+
+impl From<TypeMismatch> for Unresolved {
+    fn from(e: TypeMismatch) -> Self {
+        Unresolved::TypeMismatch(e)
+    }
+}
+
+impl From<RingTooLarge> for Unresolved {
+    fn from(e: RingTooLarge) -> Self {
+        Unresolved::RingTooLarge(e)
+    }
+}
+
+impl From<Unresolved> for Error {
+    fn from(e: Unresolved) -> Self {
+        match e {
+            Unresolved::TypeMismatch(e) => Error::TypeMismatch(e),
+            Unresolved::RingTooLarge(e) => Error::RingTooLarge(e),
+        }
+    }
+}
+
 /// Why a [request](crate::Topic::request) got no reply.
 ///
 /// Where the request was not sent, the message comes back (`NoResponders`, `Closed`, `NoRuntime`, and

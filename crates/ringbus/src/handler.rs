@@ -5,10 +5,6 @@ use std::fmt;
 use std::future::Future;
 
 use futures_util::FutureExt;
-use std::time::Duration;
-
-use crate::bus::Topic;
-use crate::retry::{DeadLetter, DeadLetterTo, RetryPolicy};
 
 /// Why a handler failed, as logged and counted by the bus.
 pub struct HandlerError(Box<dyn fmt::Display + Send + Sync>);
@@ -314,155 +310,11 @@ where
     }
 }
 
-/// How a subscriber runs: its name (for logs and stats), the capacity of the topic if this
-/// subscriber creates it, an optional stall timeout, and an optional retry policy and
-/// dead-letter topic.
-#[derive(Clone, Debug, Default)]
-#[must_use = "options do nothing until passed to `subscribe_with` or `subscribe_batch`"]
-pub struct SubscribeOptions {
-    pub(crate) name: Option<String>,
-    pub(crate) capacity: Option<usize>,
-    pub(crate) stall_timeout: Option<Duration>,
-    pub(crate) retry: Option<RetryPolicy>,
-    pub(crate) dead_letter: Option<DeadLetterTo>,
-}
-
-impl SubscribeOptions {
-    /// Default options: named after the topic and a number, gating (no stall timeout).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The name in logs and stats.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// The topic's capacity, if this subscription creates the topic. If the topic exists with
-    /// another capacity, subscribing fails with [`Error::CapacityMismatch`](crate::Error).
-    ///
-    /// # Panics
-    ///
-    /// If `capacity` is larger than
-    /// [`BusBuilder::MAX_CAPACITY`](crate::BusBuilder::MAX_CAPACITY), as
-    /// [`BusBuilder::capacity`](crate::BusBuilder::capacity).
-    #[track_caller]
-    pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = Some(crate::bus::checked_capacity(capacity));
-        self
-    }
-
-    /// Detach this subscriber when one handler call stays pending longer than `timeout`: its
-    /// handler future is dropped at its next yield, its place in the topic released (so
-    /// publishers stop waiting for it), a `tracing` warning logged and the detach counted.
-    /// Without it (the default), a slow subscriber makes publishers wait: no message is lost.
-    ///
-    /// It detaches a handler that waits (its future is pending), not one that blocks its
-    /// thread (`std::thread::sleep`, blocking I/O, a long computation without an `.await`):
-    /// such a handler never yields, so neither the timer nor anything else on its worker runs
-    /// until it returns (on a `current_thread` runtime, nothing at all). Run blocking work
-    /// with [`tokio::task::spawn_blocking`] and await its handle: the handler then waits, and
-    /// the timeout applies.
-    ///
-    /// It runs on tokio's time driver, as `tokio::time` does: on a runtime built without
-    /// one, subscribing with it panics (tokio's "timers are disabled"), at subscribe.
-    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
-        self.stall_timeout = Some(timeout);
-        self
-    }
-
-    /// Retry a message the handler failed on (an `Err`, or a panic if the policy says so),
-    /// with exponential backoff and jitter: see [`RetryPolicy`] for the schedule, and for
-    /// what a retrying subscriber means for order (kept: the next message waits), for
-    /// publishers (it gates them like a slow handler) and for `close`. After the last
-    /// attempt the message goes to the [dead-letter topic](Self::dead_letter), if any, and
-    /// the failure is logged and counted as without retries. Retries are counted in
-    /// [`SubscriberStats::retries`](crate::SubscriberStats::retries).
-    ///
-    /// The backoff sleeps run on tokio's time driver, as `tokio::time` does: on a runtime
-    /// built without one, subscribing with a retry policy panics (tokio's "timers are
-    /// disabled"), at subscribe. A
-    /// [stall timeout](Self::stall_timeout) covers a message's whole handling, its retries
-    /// and sleeps included. Batch subscribers do not retry: `subscribe_batch` with a retry
-    /// policy is [`Error::Unsupported`](crate::Error::Unsupported).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// use std::time::Duration;
-    /// use ringbus::{with_state, Bus, RetryPolicy, SubscribeOptions};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
-    /// let bus = Bus::new();
-    /// let options = SubscribeOptions::new()
-    ///     .retry(RetryPolicy::new(3).backoff(Duration::from_millis(1)));
-    /// // Fails on its first call, succeeds on the second.
-    /// let flaky = with_state(AtomicU32::new(0), async |calls: &AtomicU32, _: &u64| {
-    ///     if calls.fetch_add(1, Ordering::Relaxed) == 0 { Err("not yet") } else { Ok(()) }
-    /// });
-    /// let sub = bus.subscribe_with("jobs", options, flaky)?;
-    /// bus.publish("jobs", 1u64).await?;
-    /// bus.close().await;
-    /// let stats = sub.stats();
-    /// assert_eq!((stats.handled, stats.errors, stats.retries), (1, 1, 1));
-    /// # Ok(()) }
-    /// ```
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = Some(policy);
-        self
-    }
-
-    /// Publish a message the handler gave up on (after the last attempt of the
-    /// [retry policy](Self::retry), or after its one call without one) to `topic`, as a
-    /// [`DeadLetter`] carrying a copy of the message, the error text, the topic, the
-    /// subscriber's name and the number of attempts.
-    ///
-    /// The handle is resolved by the caller (`bus.topic::<DeadLetter<T>>("name")?`), so a
-    /// name already used for another type is an `Err` there; subscribing a handler of
-    /// another message type than `T` with it is [`Error::TypeMismatch`](crate::Error).
-    /// The dead letter is a copy because the handler only ever saw `&T` in place: hence
-    /// `T: Clone` (a topic of `Arc<M>` makes the copy a reference count). Making it
-    /// allocates (the copy, the error text and the subscriber's name).
-    ///
-    /// The dead letter is published with `publish`, so it waits for room in the dead-letter
-    /// topic (the subscriber takes no other message meanwhile), and is accepted while the
-    /// bus drains (as any handler's publish). One that cannot be published (a
-    /// [strict](crate::BusBuilder::strict) bus and no subscriber on the dead-letter topic, a
-    /// closed bus, a panicking `clone`) is logged at `error` and counted in
-    /// [`SubscriberStats::dead_letter_failures`](crate::SubscriberStats::dead_letter_failures);
-    /// it never panics. Each one published counts in
-    /// [`SubscriberStats::dead_lettered`](crate::SubscriberStats::dead_lettered).
-    ///
-    /// # Examples
-    ///
-    /// See [`DeadLetter`].
-    pub fn dead_letter<T: Clone + Send + Sync + 'static>(
-        mut self,
-        topic: &Topic<DeadLetter<T>>,
-    ) -> Self {
-        self.dead_letter = Some(DeadLetterTo::new(topic));
-        self
-    }
-}
-
-/// A handler that knows its topic and options: what `#[subscriber]` generates, and what
-/// [`Bus::register`](crate::Bus::register) takes.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a subscriber: `register` takes what `#[subscriber(\"topic\")]` makes",
-    label = "not made by `#[subscriber]`",
-    note = "put `#[subscriber(\"topic\")]` on an `async fn(&Message)`, or pass a closure to `bus.subscribe(\"topic\", async |msg: &Message| ...)`"
-)]
-pub trait Subscriber: Send + Sync + 'static {
-    /// The message type.
-    type Message: Send + Sync + 'static;
-    /// The topic it subscribes to.
-    fn topic(&self) -> &str;
-    /// Its options.
-    fn options(&self) -> SubscribeOptions {
-        SubscribeOptions::new()
-    }
-    /// Subscribes it to `bus`: called by [`Bus::register`](crate::Bus::register).
-    fn subscribe(self, bus: &crate::Bus) -> Result<crate::Subscription, crate::Error>;
+/// The text of a panic's payload, for the log.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_string())
 }

@@ -116,7 +116,7 @@ mod loom_tests {
     use loom::sync::Arc;
     use loom::thread;
 
-    /// A subscriber's side, as `subscriber.rs` runs it: handle, store the position (Release),
+    /// A subscriber's side, as `subscriber/task.rs` runs it: handle, store the position (Release),
     /// then `progressed`.
     fn handle(progress: &Progress, position: &AtomicU64, to: u64) {
         position.store(to, Ordering::Release);

@@ -62,12 +62,15 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::bus::{Bus, Topic};
+use crate::bus::Bus;
 use crate::context::Context;
 use crate::error::{Error, PublishError, RequestError};
-use crate::handler::{Handler, HandlerError, SubscribeOptions};
+use crate::handler::{panic_message, Handler, HandlerError};
+use crate::options::SubscribeOptions;
+use crate::shared::{Counters, SubShared};
 use crate::stats::SubscriberStats;
-use crate::subscriber::{panic_message, Counters, SubShared, Subscription};
+use crate::subscriber::{self, Subscription};
+use crate::topic::Topic;
 
 /// An answer to a request.
 enum Answer<R> {
@@ -464,8 +467,7 @@ where
                  whose outcome nobody waits for (a requester would see the first failure)",
             ));
         }
-        self.inner
-            .subscribe_made(options, move |sub| Replying::new(replier, sub))
+        subscriber::subscribe_made(&self.inner, options, move |sub| Replying::new(replier, sub))
     }
 
     /// Sends `msg` to the topic's [repliers](Bus::reply) and waits for the reply, with no

@@ -43,11 +43,12 @@ use std::task::{ready, Context, Poll};
 
 use ringbus_core::{ReadGuard, Reader};
 
-use crate::bus::{Bus, Topic};
+use crate::bus::Bus;
 use crate::error::Error;
+use crate::shared::SubShared;
 use crate::stats::SubscriberStats;
-use crate::subscriber::{self, SubShared};
-use crate::topic::AnyTopic;
+use crate::subscriber;
+use crate::topic::{AnyTopic, Topic};
 
 /// A pull subscription to one topic: `while let Some(msg) = stream.next().await`.
 ///

@@ -53,8 +53,9 @@
 //!
 //! A NATS-linked service is tested the same way on its local bus: publish into the topics its
 //! link would import, and record the topics it would export. To test its link as well, with
-//! no `nats-server`, connect it to `ringbus_nats::testing::MemoryNats`, a NATS core server
-//! inside the test process (its docs show a whole service tested that way).
+//! no `nats-server`, connect it to `ringbus_nats::testing::MemoryNats` (ringbus-nats's feature
+//! `testing`), a NATS core server inside the test process (its docs show a whole service
+//! tested that way).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,10 +63,11 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::bus::{Bus, Topic};
+use crate::bus::Bus;
 use crate::error::Error;
-use crate::handler::SubscribeOptions;
+use crate::options::SubscribeOptions;
 use crate::subscriber::Subscription;
+use crate::topic::Topic;
 
 /// How long [`Recorder::wait_for`] waits by default before it fails the test.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

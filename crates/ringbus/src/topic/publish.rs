@@ -1,124 +1,25 @@
-//! One topic: one ring, its writer shared by publishers in turn, its subscribers.
-//!
-//! Publishers take turns at the ring's single [`Writer`] through an async mutex: the
-//! critical section is a room check, a slot write and a cursor store; a publisher that finds
-//! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
-//! and the publishers behind it wait parked on the mutex, not spinning.
-//!
-//! That wait for room (and an unbuffered topic's wait for its message to be handled) is the
-//! only time a publisher holds the lock across a suspension, and it marks the lock *parked*
-//! for as long (`WriterGuard::park`). So a holder that is not parked is running and lets go
-//! within its critical section, and `try_publish`, which cannot suspend, waits for it; a
-//! parked holder means the ring is full, and `try_publish` says `Full` at once. Every new
-//! await under the lock must go through `park`, or `try_publish` could wait for a task that
-//! is not running (on a current-thread runtime: forever).
+//! Every publish route of a topic: the hand-written first poll of `publish` ([`Publish`]),
+//! the waits for the writer and for room, `try_publish`, receipts, parented publishes and
+//! batches (see the topic's module docs for the writer's protocol).
 
-use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
-use ringbus_core::{AllocError, Builder, Full, Stage, Writer};
+use ringbus_core::Full;
 use tokio::time::Instant;
 
-use crate::bus::{Bus, BusState, Unresolved};
+use super::{Guard, TopicInner};
 use crate::context::Context;
 use crate::coop;
-use crate::delivery::{Delivery, Tracker};
-use crate::error::{Error, PublishError, Unpublished};
-use crate::handler::{BatchHandler, Handler, SubscribeOptions};
-use crate::lock::{WriterGuard, WriterLock};
-use crate::observe::{self, TopicMetrics};
-use crate::parent::Parents;
-use crate::stats::{SubscriberStats, TopicStats, Unhandled};
-use crate::subscriber::{self, SubShared, Subscription};
-
-pub(crate) struct TopicInner<T> {
-    pub(crate) name: Arc<str>,
-    /// The capacity asked for; 0 makes the topic unbuffered (a ring of one slot, and a
-    /// publish waits until every subscriber has handled its message).
-    capacity: usize,
-    /// `None` once the bus closed this topic.
-    writer: WriterLock<Option<Writer<T>>>,
-    stage: Stage<T>,
-    subscribers: Mutex<Vec<Arc<SubShared>>>,
-    pub(crate) state: Arc<BusState>,
-    /// Delivery receipts (`publish_tracked`).
-    tracker: Arc<Tracker>,
-    /// The parent spans given to publishes (`Context::with_parent`), shared with the
-    /// subscribers (see `parent`).
-    parents: Arc<Parents>,
-    /// Messages published while the topic had no subscriber (they reach nobody). Written
-    /// under the writer lock, read by `stats`: Relaxed, it is a counter.
-    unrouted: AtomicU64,
-    /// Set by the first unrouted publish, which logs it (a `warn` event): once per topic.
-    unrouted_logged: AtomicBool,
-    /// Its metric handles (feature `metrics`; nothing without it).
-    metrics: TopicMetrics,
-}
-
-/// The type-erased face of a topic, for the registry, `stats` and `close`.
-pub(crate) trait AnyTopic: Send + Sync + 'static {
-    fn message_type(&self) -> &'static str;
-    fn published(&self) -> u64;
-    /// The subscriber tasks (not the streams: `close` does not wait for those).
-    fn subscribers(&self) -> Vec<Arc<SubShared>>;
-    fn stats(&self) -> TopicStats;
-    /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
-    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-    /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
-    /// that every publish from outside the handlers that passed its closed check (made
-    /// holding the writer: see `admit`) has made its message visible.
-    fn wait_publishers(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-    /// Stops every subscriber still running (`SubShared::stop`), and says which ones are
-    /// still in a poll. What each left is counted by the caller once the topics are closed
-    /// (`Bus::close_with`): a handler met in its call may yet finish it, and publish.
-    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)>;
-}
+use crate::delivery::Delivery;
+use crate::error::{PublishError, Unpublished, Unresolved};
+use crate::observe;
+use crate::shared::Tracker;
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
-    /// A topic with its ring, or the error of a ring that cannot be allocated (see
-    /// [`RingTooLarge`](crate::RingTooLarge)). The ring starts with empty slots: what is not
-    /// published to yet costs address space, not memory.
-    pub(crate) fn new(
-        name: Arc<str>,
-        capacity: usize,
-        state: Arc<BusState>,
-    ) -> Result<Self, AllocError> {
-        let (writer, stage) = Builder::new(capacity.max(1))
-            .spin(state.spin)
-            .max_readers(state.max_subscribers)
-            .try_build_lazy()?;
-        Ok(Self {
-            capacity,
-            parents: Arc::new(Parents::new(writer.capacity())),
-            writer: WriterLock::new(Some(writer)),
-            stage,
-            subscribers: Mutex::new(Vec::new()),
-            tracker: Arc::new(Tracker::new(state.clone())),
-            state,
-            unrouted: AtomicU64::new(0),
-            unrouted_logged: AtomicBool::new(false),
-            metrics: TopicMetrics::new(&name),
-            name,
-        })
-    }
-
-    /// True when no subscriber would see a message published now. One Relaxed load of the
-    /// ring's reader count, under the writer lock: a subscriber whose `subscribe` returned
-    /// before the publish began is counted (same thread: program order; another thread: the
-    /// synchronisation that ordered the two). A subscriber joining during the publish may or
-    /// may not be, as it may or may not see the message.
-    #[inline]
-    fn unrouted_now(&self) -> bool {
-        self.stage.readers() == 0
-    }
-
     /// A publish of `n` messages found no subscriber: refused with the message back in strict
     /// mode, else counted (and logged at `warn`, once per topic: most often the topic's name
     /// is misspelled) and let through. Off the hot path.
@@ -162,10 +63,6 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         self.state.progressed();
     }
 
-    fn is_unbuffered(&self) -> bool {
-        self.capacity == 0
-    }
-
     /// Publishes `msg` (see `Bus::publish_with`): a [`Publish`] whose first poll publishes
     /// at once when nothing stands in the way, and goes on as [`publish_slow`] otherwise.
     ///
@@ -182,26 +79,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         Self::publish_to(self, ctx, msg)
     }
 
-    /// `Bus::publish_with`: [`publish_with`](Self::publish_with) on the topic `name` of
-    /// `bus`, looked up (and made if need be) by the future's first poll, not here: nothing
-    /// happens until the future is polled, as with the `async fn` it replaces. A topic of
-    /// another type is an `Err(TypeMismatch)` that gives the message back.
-    #[inline]
-    pub(crate) fn publish_named<'a>(
-        bus: &'a Bus,
-        ctx: &'a Context,
-        name: &'a str,
-        msg: T,
-    ) -> impl Future<Output = Result<(), PublishError<T>>> + Send + 'a
-    where
-        T: Send + Sync + 'static,
-    {
-        Self::publish_to(Named { bus, name }, ctx, msg)
-    }
-
     /// The [`Publish`] of `msg` to `topic` (see `PublishTo`).
-    #[inline(always)]
-    fn publish_to<'a, R>(
+    #[inline]
+    pub(crate) fn publish_to<'a, R>(
         topic: R,
         ctx: &'a Context,
         msg: T,
@@ -227,14 +107,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// takes the writer), or else looks at everything again (nothing done, the unit given
     /// back).
     ///
-    /// Handing the writer on matters: with a fresh start, every publish into a full ring
-    /// scanned the readers here and again in `publish_slow`. Into a ring that a hundred
-    /// subscribers keep full (`publish/100`) that made a publish about 40% slower (1.50–1.52
-    /// µs against 1.06–1.08 µs, five alternated quick runs). And a fast path that only
-    /// used the room the writer knew of, without a scan, fell to the slow path whenever a
-    /// subscriber lagged near a full ring (`publish/1/resolved` 54–59 ns against 45–53 ns
-    /// before the fast path).
-    #[inline(always)]
+    /// The writer is handed on so that a publish into a full ring scans the readers once,
+    /// not here and again in `publish_slow`. And `try_publish` here scans the readers when
+    /// the room the writer knew of is spent, so a subscriber lagging near a full ring does
+    /// not send every publish down the slow path.
+    #[inline]
     fn publish_now<'a>(
         &'a self,
         ctx: &Context,
@@ -277,78 +154,32 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         msg: T,
         full: Option<Guard<'a, T>>,
     ) -> Result<(), PublishError<T>> {
-        let (mut guard, mut msg, unrouted, mut found_full) = match full {
-            Some(guard) => (guard, msg, false, true),
+        let (mut guard, msg, unrouted) = match full {
+            Some(mut guard) => {
+                if let Err(refused) = self.wait_room(&mut guard, ctx).await {
+                    return Err(refused.with(msg));
+                }
+                (guard, msg, false)
+            }
             None => {
                 if let Some(parent) = ctx.live_parent() {
                     return self.publish_parented(ctx, parent, msg).await;
                 }
-                if let Some(refused) = self.refused(ctx) {
-                    return Err(refused.with(msg));
-                }
-                // Yields here, holding nothing, once the task's budget is spent (see `coop`).
-                coop::proceed().await;
-                let guard = match self.admit() {
-                    Ok(Some(guard)) => guard,
-                    Ok(None) => match self.admit_wait(ctx).await {
-                        Ok(guard) => guard,
-                        Err(refused) => return Err(refused.with(msg)),
-                    },
-                    Err(refused) => return Err(refused.with(msg)),
-                };
-                let unrouted = self.unrouted_now();
-                let msg = if unrouted {
-                    self.unrouted(msg, 1)?
-                } else {
-                    msg
-                };
-                (guard, msg, unrouted, false)
+                let (guard, _, msg, unrouted) = self.locked_for(ctx, msg).await?;
+                (guard, msg, unrouted)
             }
         };
-        loop {
-            if !found_full {
-                let Some(writer) = guard.as_mut() else {
-                    return Err(PublishError::Closed(msg));
-                };
-                match writer.try_publish(msg) {
-                    Ok(()) => {
-                        self.metrics.published(1);
-                        if unrouted {
-                            self.unrouted_published();
-                        }
-                        break;
-                    }
-                    Err(Full(back)) => msg = back,
-                }
-            }
-            found_full = false;
-            // Full: wait for room (or the end of the context, or the close).
-            match self.wait_room(&mut guard, ctx).await {
-                // The bus may have closed while we waited: a publisher from outside the
-                // handlers must not slip in after it did.
-                Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
-                Wait::Room => {}
-                Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
-                Wait::Closed => return Err(PublishError::Closed(msg)),
-            }
-        }
-        if self.is_unbuffered() {
-            self.wait_handled(&mut guard).await;
-        }
-        Ok(())
+        self.write_locked(&mut guard, ctx, msg, unrouted).await
     }
 
     /// Publishes with a receipt: see [`Delivery`]. The receipt is registered under the writer
     /// lock, before the message is written, and given up again if it is not written.
-    ///
-    /// `publish_with` repeats `write_locked` inline rather than calling it: the call (a second
-    /// state machine) cost every publish 34 instructions in the cost gate.
     pub(crate) async fn publish_tracked(
         &self,
         ctx: &Context,
         msg: T,
     ) -> Result<Delivery, PublishError<T>> {
-        let (mut guard, position, msg) = self.locked_for(ctx, msg).await?;
+        let (mut guard, position, msg, unrouted) = self.locked_for(ctx, msg).await?;
         // The subscribers present as the publish begins, taken holding the writer: one that
         // ended before is not one of them (the list keeps ended subscribers for `stats()`
         // until the next subscribe; counted, each would have been a miss). One that ends
@@ -363,7 +194,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let parent = ctx
             .live_parent()
             .map(|p| self.parents.register(position, p));
-        self.write_locked(&mut guard, ctx, msg).await?;
+        self.write_locked(&mut guard, ctx, msg, unrouted).await?;
         if let Some(parent) = parent {
             parent.written(self.stage.readers());
         }
@@ -381,24 +212,26 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         parent: &tracing::Span,
         msg: T,
     ) -> Result<(), PublishError<T>> {
-        let (mut guard, position, msg) = self.locked_for(ctx, msg).await?;
+        let (mut guard, position, msg, unrouted) = self.locked_for(ctx, msg).await?;
         let registered = self.parents.register(position, parent);
-        self.write_locked(&mut guard, ctx, msg).await?;
+        self.write_locked(&mut guard, ctx, msg, unrouted).await?;
         registered.written(self.stage.readers());
         Ok(())
     }
 
-    /// The start of the publishes off the hot path: refused at once or admitted (see
-    /// `refused`, `admitted`), the writer locked and open, the unrouted publish counted (or
-    /// refused). Returns the guard, the position the message will have, and the message.
+    /// The start of a publish off the fast path: refused at once or admitted (see `refused`,
+    /// `admitted`), the budget spent, the writer locked and open, the unrouted publish
+    /// counted (or refused). Returns the guard, the position the message will have, the
+    /// message, and whether the topic had no subscriber.
     async fn locked_for(
         &self,
         ctx: &Context,
         msg: T,
-    ) -> Result<(Guard<'_, T>, u64, T), PublishError<T>> {
+    ) -> Result<(Guard<'_, T>, u64, T, bool), PublishError<T>> {
         if let Some(refused) = self.refused(ctx) {
             return Err(refused.with(msg));
         }
+        // Yields here, holding nothing, once the task's budget is spent (see `coop`).
         coop::proceed().await;
         let mut guard = match self.admitted(ctx).await {
             Ok(guard) => guard,
@@ -408,20 +241,24 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             return Err(PublishError::Closed(msg));
         };
         let position = writer.published();
-        let msg = if self.unrouted_now() {
+        let unrouted = self.unrouted_now();
+        let msg = if unrouted {
             self.unrouted(msg, 1)?
         } else {
             msg
         };
-        Ok((guard, position, msg))
+        Ok((guard, position, msg, unrouted))
     }
 
-    /// The room loop of a publish, with the writer locked: as in `publish_with`.
+    /// Writes `msg` with the writer locked, waiting for room as long as it takes (see
+    /// `wait_room`); then, on an unbuffered topic, waits until it is handled. `unrouted`: the
+    /// topic had no subscriber (its count moves with nobody to follow it).
     async fn write_locked(
         &self,
         guard: &mut Guard<'_, T>,
         ctx: &Context,
         mut msg: T,
+        unrouted: bool,
     ) -> Result<(), PublishError<T>> {
         loop {
             let Some(writer) = guard.as_mut() else {
@@ -430,18 +267,15 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             match writer.try_publish(msg) {
                 Ok(()) => {
                     self.metrics.published(1);
-                    if self.unrouted_now() {
+                    if unrouted {
                         self.unrouted_published();
                     }
                     break;
                 }
                 Err(Full(back)) => msg = back,
             }
-            match self.wait_room(guard, ctx).await {
-                Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msg)),
-                Wait::Room => {}
-                Wait::Cancelled => return Err(PublishError::Cancelled(msg)),
-                Wait::Closed => return Err(PublishError::Closed(msg)),
+            if let Err(refused) = self.wait_room(guard, ctx).await {
+                return Err(refused.with(msg));
             }
         }
         if self.is_unbuffered() {
@@ -604,11 +438,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     }
                     continue;
                 }
-                match self.wait_room(&mut guard, ctx).await {
-                    Wait::Room if self.state.refuses() => return Err(PublishError::Closed(msgs)),
-                    Wait::Room => {}
-                    Wait::Cancelled => return Err(PublishError::Cancelled(msgs)),
-                    Wait::Closed => return Err(PublishError::Closed(msgs)),
+                if let Err(refused) = self.wait_room(&mut guard, ctx).await {
+                    return Err(refused.with(msgs));
                 }
             }
         }
@@ -645,8 +476,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
 
     /// Takes the writer if it is free (`Ok(Some)`), refusing if the bus now refuses the
     /// publish; `Ok(None)`: wait for it with `admit_wait`. Every publish goes through here,
-    /// after `refused`. Split in two so the uncontended publish runs no second state machine
-    /// (the cost gate sees one).
+    /// after `refused`. Split in two so the uncontended publish runs no second state
+    /// machine.
     ///
     /// The closed check that counts is made holding the writer, here and in `admit_wait`:
     /// `close` passes through every writer once after it set `closed` (`wait_publishers`),
@@ -702,19 +533,28 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// publishers from outside the handlers: see `BusState::refuses`). The writer stays
     /// locked, marked parked: `try_publish` meanwhile says `Full` at once.
     ///
+    /// Every publish route waits for room here. `Err` if it has to give up: the context
+    /// ended, or the bus closed (also while it waited: a publisher from outside the handlers
+    /// must not slip in after that).
+    ///
     /// Counts the topic found full, and records the wait (room found, or cancelled) with how
     /// long it took (see `observe`). Only ever called on a full ring, so the clock is read
     /// off the hot path.
-    async fn wait_room(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
+    async fn wait_room(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Result<(), Refused> {
         self.metrics.full();
         let since = Instant::now();
-        let wait = self.wait_room_untimed(guard, ctx).await;
-        match wait {
+        match self.wait_room_untimed(guard, ctx).await {
             Wait::Room => observe::waited(&self.name, since.elapsed()),
-            Wait::Cancelled => self.cancelled(since.elapsed()),
-            Wait::Closed => {}
+            Wait::Cancelled => {
+                self.cancelled(since.elapsed());
+                return Err(Refused::Cancelled);
+            }
+            Wait::Closed => return Err(Refused::Closed),
         }
-        wait
+        if self.state.refuses() {
+            return Err(Refused::Closed);
+        }
+        Ok(())
     }
 
     /// `wait_room` without the count and the event.
@@ -752,147 +592,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             _ = writer.ready(1) => {}
         }
     }
-
-    pub(crate) fn subscribe<H: Handler<T>>(
-        self: &Arc<Self>,
-        mut options: SubscribeOptions,
-        handler: H,
-    ) -> Result<Subscription, Error> {
-        // Checked before `prepare` takes the retry policy out of `options`: its backoff
-        // sleeps on tokio's timer (`spawn` checks again, for the stall timeout, on every
-        // route).
-        self.state.stall_timeout(&options)?;
-        // A retry policy or dead-letter topic wraps the handler (see `retry`); the plain
-        // subscriber runs its handler as it is.
-        if let Some(retry) = crate::retry::prepare::<T>(&mut options)? {
-            return self.spawn(options, move |reader, sub| {
-                subscriber::run(reader, retry.wrap(handler, sub.clone()), sub)
-            });
-        }
-        self.spawn(options, move |reader, sub| {
-            subscriber::run(reader, handler, sub)
-        })
-    }
-
-    /// Subscribes the handler `make` builds from the subscriber's shared state (for wrappers
-    /// that count in it, such as a replier: see `reply`). No retry wrapper: the caller
-    /// refuses those options.
-    pub(crate) fn subscribe_made<H, M>(
-        self: &Arc<Self>,
-        options: SubscribeOptions,
-        make: M,
-    ) -> Result<Subscription, Error>
-    where
-        H: Handler<T>,
-        M: FnOnce(&Arc<SubShared>) -> H,
-    {
-        self.spawn(options, move |reader, sub| {
-            let handler = make(&sub);
-            subscriber::run(reader, handler, sub)
-        })
-    }
-
-    pub(crate) fn subscribe_batch<H: BatchHandler<T>>(
-        self: &Arc<Self>,
-        options: SubscribeOptions,
-        handler: H,
-    ) -> Result<Subscription, Error> {
-        if options.retry.is_some() || options.dead_letter.is_some() {
-            return Err(Error::Unsupported(
-                "batch subscribers do not retry: a retry policy or a dead-letter topic is for \
-                 subscribers that handle one message at a time",
-            ));
-        }
-        self.spawn(options, move |reader, sub| {
-            subscriber::run_batch(reader, handler, sub)
-        })
-    }
-
-    fn spawn<F, Fut>(
-        self: &Arc<Self>,
-        options: SubscribeOptions,
-        task: F,
-    ) -> Result<Subscription, Error>
-    where
-        F: FnOnce(ringbus_core::Reader<T>, Arc<SubShared>) -> Fut,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let stall_timeout = self.state.stall_timeout(&options)?;
-        if let Some(requested) = options.capacity {
-            if requested != self.capacity {
-                return Err(Error::CapacityMismatch {
-                    topic: self.name.clone(),
-                    capacity: self.capacity,
-                    requested,
-                });
-            }
-        }
-        let (reader, sub) = self.join(options.name, stall_timeout, false)?;
-        let handle = runtime.spawn(subscriber::Supervised {
-            sub: sub.clone(),
-            task: task(reader, sub.clone()),
-        });
-        let _ = sub.abort.set(handle.abort_handle());
-        tracing::debug!(topic = %self.name, subscriber = %sub.name, "ringbus subscriber started");
-        Ok(Subscription {
-            sub,
-            topic: self.clone(),
-            task: handle,
-        })
-    }
-
-    /// Joins a new subscriber (a task's or a stream's) to the ring and to the list `stats()`,
-    /// `close` and receipts read: refused once the bus refuses publishes. `named` is the name
-    /// asked for (else `<topic>#<id>`); `pull`: a stream's.
-    pub(crate) fn join(
-        &self,
-        named: Option<String>,
-        stall_timeout: Option<Duration>,
-        pull: bool,
-    ) -> Result<(ringbus_core::Reader<T>, Arc<SubShared>), Error> {
-        if self.state.refuses() {
-            return Err(Error::Closed);
-        }
-        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
-            topic: self.name.clone(),
-            max: self.state.max_subscribers,
-        })?;
-        let id = crate::bus::next_subscriber_id();
-        let sub = SubShared::new(
-            self.state.clone(),
-            self.tracker.clone(),
-            self.parents.clone(),
-            id,
-            named,
-            self.name.clone(),
-            reader.position(),
-            stall_timeout,
-        );
-        let sub = Arc::new(if pull { sub.pulled() } else { sub });
-        {
-            // Finished subscribers are kept for `stats()` only until the next subscribe, so
-            // churn does not grow the list without bound.
-            let mut subscribers = self.lock_subscribers();
-            subscribers.retain(|s| !s.done.is_cancelled());
-            subscribers.push(sub.clone());
-        }
-        Ok((reader, sub))
-    }
-
-    /// The subscribers that would see a message published now: tasks and streams.
-    pub(crate) fn subscriber_count(&self) -> usize {
-        self.stage.readers()
-    }
-
-    fn lock_subscribers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SubShared>>> {
-        // The list is only pushed to and cloned; a panic cannot leave it inconsistent.
-        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
-
-/// The topic's writer, locked.
-type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
 
 /// What `TopicInner::publish_now` hands `publish_slow` when it could not publish at once:
 /// the message, and the writer if it found the ring full.
@@ -935,16 +635,13 @@ pin_project_lite::pin_project! {
     /// otherwise makes `publish_slow`'s future (`slow`) and goes on with it (`Slow`).
     ///
     /// `R` is the topic as the first poll finds it (`PublishTo`): the topic itself, or, for
-    /// `Bus::publish_with`, a name the first poll looks up (`Named`). By name, that replaced
-    /// two `async fn`s around this future: `bus/publish_by_name1` 506 -> 456 instructions a
-    /// message in the cost gate (and `bus/publish1` 336 -> 326, the compiler inlining the
-    /// handle's first poll differently).
+    /// `Bus::publish_with`, a name the first poll looks up (`Named`), so that a publish by
+    /// name runs this one future rather than an `async fn` around it.
     ///
     /// A hand-written first step rather than an `async fn` all the way: on the hot path (a
-    /// free writer and room) it spares the state machine's moves and drop. In the cost gate
-    /// (`bus/publish1`), 377 instructions a message became 355, and 347 with the `Topic`
-    /// handle's `publish` a plain function returning this future rather than an `async fn`
-    /// around it (a second state machine).
+    /// free writer and room) it spares the state machine's moves and drop, which an
+    /// interleaved measurement found worth more than 10% on `publish/1/resolved`
+    /// (`docs/notes/publish-route-2026-12.md`).
     ///
     /// Cancel safe as `publish_slow` is: dropped in `First`, the message is dropped with it
     /// and no subscriber sees it; the first poll publishes it and returns `Ready`, or hands
@@ -966,22 +663,9 @@ pub(crate) trait PublishTo<'a, T> {
 }
 
 impl<'a, T> PublishTo<'a, T> for &'a TopicInner<T> {
-    #[inline(always)]
+    #[inline]
     fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
         Ok(self)
-    }
-}
-
-/// A topic by name: `Bus::publish`'s.
-pub(crate) struct Named<'a> {
-    bus: &'a Bus,
-    name: &'a str,
-}
-
-impl<'a, T: Send + Sync + 'static> PublishTo<'a, T> for Named<'a> {
-    #[inline(always)]
-    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
-        self.bus.resolve::<T>(self.name, None)
     }
 }
 
@@ -1041,80 +725,4 @@ enum Wait {
     Room,
     Cancelled,
     Closed,
-}
-
-impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
-    fn message_type(&self) -> &'static str {
-        std::any::type_name::<T>()
-    }
-
-    fn published(&self) -> u64 {
-        self.stage.published()
-    }
-
-    fn subscribers(&self) -> Vec<Arc<SubShared>> {
-        // Streams are pulled at their reader's pace: `close` neither waits for them nor
-        // stops them (see `stream.rs`).
-        let subscribers = self.lock_subscribers();
-        subscribers.iter().filter(|s| !s.pull).cloned().collect()
-    }
-
-    fn stats(&self) -> TopicStats {
-        let published = self.published();
-        let subscribers = self.lock_subscribers().clone();
-        TopicStats {
-            name: self.name.to_string(),
-            message_type: self.message_type(),
-            capacity: self.capacity,
-            published,
-            unrouted: self.unrouted.load(Ordering::Relaxed),
-            subscribers: subscribers
-                .iter()
-                .map(|s| s.stats(published))
-                .collect::<Vec<SubscriberStats>>(),
-        }
-    }
-
-    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            // Publishers waiting for room see `closing` and let go of the writer at once.
-            *self.writer.lock().await = None;
-        })
-    }
-
-    fn wait_publishers(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        // Publishers from outside waiting for room see `closing` and let go at once; one
-        // from a handler keeps it until it has room, which the drain waits for anyway.
-        Box::pin(async move {
-            drop(self.writer.lock().await);
-        })
-    }
-
-    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)> {
-        self.subscribers()
-            .into_iter()
-            .filter(|s| !s.done.is_cancelled())
-            .map(|s| {
-                let unhandled = Unhandled {
-                    topic: self.name.to_string(),
-                    subscriber: s.name.to_string(),
-                    messages: 0,
-                    running: !s.stop(),
-                };
-                (s, unhandled)
-            })
-            .collect()
-    }
-}
-
-impl<T> fmt::Debug for TopicInner<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Topic")
-            .field("name", &&*self.name)
-            .field("type", &std::any::type_name::<T>())
-            .field("capacity", &self.capacity)
-            .finish_non_exhaustive()
-    }
 }

@@ -1,0 +1,249 @@
+//! One topic: one ring, its writer shared by publishers in turn, its subscribers.
+//!
+//! Publishers take turns at the ring's single [`Writer`] through an async mutex: the
+//! critical section is a room check, a slot write and a cursor store; a publisher that finds
+//! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
+//! and the publishers behind it wait parked on the mutex, not spinning.
+//!
+//! That wait for room (and an unbuffered topic's wait for its message to be handled) is the
+//! only time a publisher holds the lock across a suspension, and it marks the lock *parked*
+//! for as long (`WriterGuard::park`). So a holder that is not parked is running and lets go
+//! within its critical section, and `try_publish`, which cannot suspend, waits for it; a
+//! parked holder means the ring is full, and `try_publish` says `Full` at once. Every new
+//! await under the lock must go through `park`, or `try_publish` could wait for a task that
+//! is not running (on a current-thread runtime: forever).
+
+mod handle;
+mod publish;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ringbus_core::{AllocError, Builder, Stage, Writer};
+
+pub use handle::Topic;
+pub(crate) use publish::PublishTo;
+
+use crate::error::Error;
+use crate::lock::{WriterGuard, WriterLock};
+use crate::observe::TopicMetrics;
+use crate::parent::Parents;
+use crate::shared::{next_subscriber_id, BusState, SubShared, Tracker};
+use crate::stats::{SubscriberStats, TopicStats, Unhandled};
+
+pub(crate) struct TopicInner<T> {
+    pub(crate) name: Arc<str>,
+    /// The capacity asked for; 0 makes the topic unbuffered (a ring of one slot, and a
+    /// publish waits until every subscriber has handled its message).
+    pub(crate) capacity: usize,
+    /// `None` once the bus closed this topic.
+    writer: WriterLock<Option<Writer<T>>>,
+    stage: Stage<T>,
+    subscribers: Mutex<Vec<Arc<SubShared>>>,
+    pub(crate) state: Arc<BusState>,
+    /// Delivery receipts (`publish_tracked`).
+    tracker: Arc<Tracker>,
+    /// The parent spans given to publishes (`Context::with_parent`), shared with the
+    /// subscribers (see `parent`).
+    parents: Arc<Parents>,
+    /// Messages published while the topic had no subscriber (they reach nobody). Written
+    /// under the writer lock, read by `stats`: Relaxed, it is a counter.
+    unrouted: AtomicU64,
+    /// Set by the first unrouted publish, which logs it (a `warn` event): once per topic.
+    unrouted_logged: AtomicBool,
+    /// Its metric handles (feature `metrics`; nothing without it).
+    metrics: TopicMetrics,
+}
+
+/// The type-erased face of a topic, for the registry, `stats` and `close`.
+pub(crate) trait AnyTopic: Send + Sync + 'static {
+    fn message_type(&self) -> &'static str;
+    fn published(&self) -> u64;
+    /// The subscriber tasks (not the streams: `close` does not wait for those).
+    fn subscribers(&self) -> Vec<Arc<SubShared>>;
+    fn stats(&self) -> TopicStats;
+    /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
+    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+    /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
+    /// that every publish from outside the handlers that passed its closed check (made
+    /// holding the writer: see `admit`) has made its message visible.
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+    /// Stops every subscriber still running (`SubShared::stop`), and says which ones are
+    /// still in a poll. What each left is counted by the caller once the topics are closed
+    /// (`Bus::close_with`): a handler met in its call may yet finish it, and publish.
+    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)>;
+}
+
+impl<T: Send + Sync + 'static> TopicInner<T> {
+    /// A topic with its ring, or the error of a ring that cannot be allocated (see
+    /// [`RingTooLarge`](crate::RingTooLarge)). The ring starts with empty slots: what is not
+    /// published to yet costs address space, not memory.
+    pub(crate) fn new(
+        name: Arc<str>,
+        capacity: usize,
+        state: Arc<BusState>,
+    ) -> Result<Self, AllocError> {
+        let (writer, stage) = Builder::new(capacity.max(1))
+            .spin(state.spin)
+            .max_readers(state.max_subscribers)
+            .try_build_lazy()?;
+        Ok(Self {
+            capacity,
+            parents: Arc::new(Parents::new(writer.capacity())),
+            writer: WriterLock::new(Some(writer)),
+            stage,
+            subscribers: Mutex::new(Vec::new()),
+            tracker: Arc::new(Tracker::new(state.clone())),
+            state,
+            unrouted: AtomicU64::new(0),
+            unrouted_logged: AtomicBool::new(false),
+            metrics: TopicMetrics::new(&name),
+            name,
+        })
+    }
+
+    /// True when no subscriber would see a message published now. One Relaxed load of the
+    /// ring's reader count, under the writer lock: a subscriber whose `subscribe` returned
+    /// before the publish began is counted (same thread: program order; another thread: the
+    /// synchronisation that ordered the two). A subscriber joining during the publish may or
+    /// may not be, as it may or may not see the message.
+    #[inline]
+    fn unrouted_now(&self) -> bool {
+        self.stage.readers() == 0
+    }
+
+    fn is_unbuffered(&self) -> bool {
+        self.capacity == 0
+    }
+
+    /// Joins a new subscriber (a task's or a stream's) to the ring and to the list `stats()`,
+    /// `close` and receipts read: refused once the bus refuses publishes. `named` is the name
+    /// asked for (else `<topic>#<id>`); `pull`: a stream's.
+    pub(crate) fn join(
+        &self,
+        named: Option<String>,
+        stall_timeout: Option<Duration>,
+        pull: bool,
+    ) -> Result<(ringbus_core::Reader<T>, Arc<SubShared>), Error> {
+        if self.state.refuses() {
+            return Err(Error::Closed);
+        }
+        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
+            topic: self.name.clone(),
+            max: self.state.max_subscribers,
+        })?;
+        let id = next_subscriber_id();
+        let sub = SubShared::new(
+            self.state.clone(),
+            self.tracker.clone(),
+            self.parents.clone(),
+            id,
+            named,
+            self.name.clone(),
+            reader.position(),
+            stall_timeout,
+        );
+        let sub = Arc::new(if pull { sub.pulled() } else { sub });
+        {
+            // Finished subscribers are kept for `stats()` only until the next subscribe, so
+            // churn does not grow the list without bound.
+            let mut subscribers = self.lock_subscribers();
+            subscribers.retain(|s| !s.done.is_cancelled());
+            subscribers.push(sub.clone());
+        }
+        Ok((reader, sub))
+    }
+
+    /// The subscribers that would see a message published now: tasks and streams.
+    pub(crate) fn subscriber_count(&self) -> usize {
+        self.stage.readers()
+    }
+
+    fn lock_subscribers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SubShared>>> {
+        // The list is only pushed to and cloned; a panic cannot leave it inconsistent.
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The topic's writer, locked.
+type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
+
+impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
+    fn message_type(&self) -> &'static str {
+        std::any::type_name::<T>()
+    }
+
+    fn published(&self) -> u64 {
+        self.stage.published()
+    }
+
+    fn subscribers(&self) -> Vec<Arc<SubShared>> {
+        // Streams are pulled at their reader's pace: `close` neither waits for them nor
+        // stops them (see `stream.rs`).
+        let subscribers = self.lock_subscribers();
+        subscribers.iter().filter(|s| !s.pull).cloned().collect()
+    }
+
+    fn stats(&self) -> TopicStats {
+        let published = self.published();
+        let subscribers = self.lock_subscribers().clone();
+        TopicStats {
+            name: self.name.to_string(),
+            message_type: self.message_type(),
+            capacity: self.capacity,
+            published,
+            unrouted: self.unrouted.load(Ordering::Relaxed),
+            subscribers: subscribers
+                .iter()
+                .map(|s| s.stats(published))
+                .collect::<Vec<SubscriberStats>>(),
+        }
+    }
+
+    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            // Publishers waiting for room see `closing` and let go of the writer at once.
+            *self.writer.lock().await = None;
+        })
+    }
+
+    fn wait_publishers(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        // Publishers from outside waiting for room see `closing` and let go at once; one
+        // from a handler keeps it until it has room, which the drain waits for anyway.
+        Box::pin(async move {
+            drop(self.writer.lock().await);
+        })
+    }
+
+    fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)> {
+        self.subscribers()
+            .into_iter()
+            .filter(|s| !s.done.is_cancelled())
+            .map(|s| {
+                let unhandled = Unhandled {
+                    topic: self.name.to_string(),
+                    subscriber: s.name.to_string(),
+                    messages: 0,
+                    running: !s.stop(),
+                };
+                (s, unhandled)
+            })
+            .collect()
+    }
+}
+
+impl<T> fmt::Debug for TopicInner<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topic")
+            .field("name", &&*self.name)
+            .field("type", &std::any::type_name::<T>())
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
