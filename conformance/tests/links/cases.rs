@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringbus::{Context, PublishError};
+use ringbus::{Context, PublishError, RetryPolicy, SubscribeOptions};
 
 use crate::pair::{
     eventually, item, Item, Kind, Msg, Pair, Verdict, ALL, MAX_DELIVER, NACK_DELAY, TOPIC, WAIT,
@@ -174,12 +174,16 @@ async fn close_finishes_in_flight_work_within_its_deadline_and_later_publishes_e
     }
 }
 
+/// A failing handler is retried by its own retry policy, in process, on every transport: the
+/// broker delivers the message once and has it acknowledged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_failure_gives_the_message_back_for_a_later_delivery() {
-    for kind in at_least_once() {
-        // Message 1 fails on its first delivery only.
+async fn a_failing_handler_is_retried_by_its_own_policy_and_the_broker_settled_once() {
+    for kind in ALL {
+        // Message 1 fails on its first attempt only.
         let verdict: Verdict = Arc::new(|m, attempt| !(m.body().n == 1 && attempt == 1));
-        let Some(mut pair) = Pair::with(kind, verdict).await else {
+        let retry = RetryPolicy::new(2).backoff(NACK_DELAY).jitter(false);
+        let options = SubscribeOptions::new().retry(retry);
+        let Some(mut pair) = Pair::with_options(kind, verdict, options).await else {
             continue;
         };
         let started = tokio::time::Instant::now();
@@ -187,21 +191,33 @@ async fn a_handler_failure_gives_the_message_back_for_a_later_delivery() {
         let got = pair.next().await;
         assert_eq!(got.body.n, 1, "{kind:?}");
         assert_eq!(pair.attempts(1), 2, "{kind:?}");
-        // The redelivery waited for the nack delay.
+        // The retry waited for the policy's backoff.
         assert!(started.elapsed() >= NACK_DELAY, "{kind:?}");
         let mut pair = pair.close().await;
         pair.close_subscriber().await;
-        let stats = pair.sub_link().stats();
-        assert_eq!((stats.nacked, stats.acked), (1, 1), "{kind:?}: {stats:?}");
+        if kind.at_least_once() {
+            let stats = pair.sub_link().stats();
+            let settled = (
+                stats.imported,
+                stats.nacked,
+                stats.acked,
+                stats.dead_lettered,
+            );
+            assert_eq!(settled, (1, 0, 1, 0), "{kind:?}: {stats:?}");
+        }
     }
 }
 
+/// A handler that gives up on a message (its retries spent) has it dead-lettered at once,
+/// the delivery settled: the broker does not deliver it again to the handlers that did not fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_letters_after_max_deliveries() {
+async fn a_handler_that_gives_up_has_the_message_dead_lettered_at_once() {
     for kind in at_least_once() {
         // Message 1 always fails; message 2 is fine.
         let verdict: Verdict = Arc::new(|m, _| m.body().n != 1);
-        let Some(mut pair) = Pair::with(kind, verdict).await else {
+        let retry = RetryPolicy::new(MAX_DELIVER).backoff(Duration::from_millis(1));
+        let options = SubscribeOptions::new().retry(retry);
+        let Some(mut pair) = Pair::with_options(kind, verdict, options).await else {
             continue;
         };
         pair.publish(item(1).with_id("doomed")).await;
@@ -212,17 +228,75 @@ async fn dead_letters_after_max_deliveries() {
             sub_link.stats().dead_lettered == 1
         })
         .await;
+        // Every attempt was the handler's own retry, on the first delivery.
         assert_eq!(pair.attempts(1), MAX_DELIVER, "{kind:?}");
+        assert_eq!(
+            sub_link.stats().nacked,
+            0,
+            "{kind:?}: {:?}",
+            sub_link.stats()
+        );
         // The dead letter keeps the body and the id, and says why.
         let dead = sub_link.last_dead_letter().await;
         assert_eq!((dead.body.n, dead.id.as_str()), (1, "doomed"), "{kind:?}");
         assert!(
-            dead.reason.contains("delivery 3"),
+            dead.reason
+                .contains("1 of 1 handlers gave up on it on delivery 1"),
             "{kind:?}: {}",
             dead.reason
         );
         let mut pair = pair.close().await;
         pair.close_subscriber().await;
+    }
+}
+
+/// Three local handlers of one import, one of which fails: the other two see the message
+/// exactly once, as in process, and the message is dead-lettered once. No nack: nothing asked
+/// the broker for a redelivery (and after the close, none can come).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failing_handler_does_not_run_the_others_again() {
+    for kind in ALL {
+        // The pair's own handler fails on message 1, every time, with no retry policy.
+        let verdict: Verdict = Arc::new(|m, _| m.body().n != 1);
+        let Some(mut pair) = Pair::with(kind, verdict).await else {
+            continue;
+        };
+        let seen = Arc::new(std::sync::Mutex::new(BTreeMap::<(usize, u64), u32>::new()));
+        let mut others = Vec::new();
+        for handler in 0..2 {
+            let seen = seen.clone();
+            let sub = pair.subscriber.subscribe(TOPIC, move |m: &Msg| {
+                *seen
+                    .lock()
+                    .unwrap()
+                    .entry((handler, m.body().n))
+                    .or_default() += 1;
+                async {}
+            });
+            others.push(sub.unwrap());
+        }
+        pair.publish(item(1)).await;
+        pair.publish(item(2)).await;
+        assert_eq!(pair.next().await.body.n, 2, "{kind:?}");
+        if kind.at_least_once() {
+            let sub_link = pair.sub_link();
+            eventually("message 1 dead-lettered", || {
+                sub_link.stats().dead_lettered == 1
+            })
+            .await;
+        }
+        let mut pair = pair.close().await;
+        pair.close_subscriber().await;
+        let seen = seen.lock().unwrap().clone();
+        let once: BTreeMap<(usize, u64), u32> =
+            [((0, 1), 1), ((0, 2), 1), ((1, 1), 1), ((1, 2), 1)].into();
+        assert_eq!(seen, once, "{kind:?}");
+        assert_eq!(pair.attempts(1), 1, "{kind:?}");
+        if kind.at_least_once() {
+            let stats = pair.sub_link().stats();
+            let settled = (stats.nacked, stats.acked, stats.dead_lettered);
+            assert_eq!(settled, (0, 1, 1), "{kind:?}: {stats:?}");
+        }
     }
 }
 

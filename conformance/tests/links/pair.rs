@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringbus::Bus;
+use ringbus::{Bus, SubscribeOptions};
 // `eventually` polls a condition until it holds, failing the test after `WAIT` (20 s).
 pub(crate) use ringbus_link::testing::{eventually, WAIT};
 use ringbus_nats::testing::{MemoryNats, NatsServer};
@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 pub(crate) const TOPIC: &str = "items";
 /// The deliveries after which both at-least-once engines dead-letter (in this suite).
 pub(crate) const MAX_DELIVER: u32 = 3;
-/// How long after a handler failure both engines deliver again (in this suite).
+/// How long after a nack both engines deliver again, and the retry backoff (in this suite).
 pub(crate) const NACK_DELAY: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +265,15 @@ impl Pair {
 
     /// As [`new`](Self::new), with a verdict on each delivery.
     pub(crate) async fn with(kind: Kind, verdict: Verdict) -> Option<Pair> {
+        Self::with_options(kind, verdict, SubscribeOptions::new()).await
+    }
+
+    /// As [`with`](Self::with), the subscriber subscribed with `options` (a retry policy).
+    pub(crate) async fn with_options(
+        kind: Kind,
+        verdict: Verdict,
+        options: SubscribeOptions,
+    ) -> Option<Pair> {
         let server = match kind {
             Kind::InProcess => None,
             Kind::Memory => Some(Server::Memory(
@@ -287,7 +296,7 @@ impl Pair {
         let attempts = Arc::new(Mutex::new(BTreeMap::new()));
         let counts = attempts.clone();
         subscriber
-            .subscribe(TOPIC, move |m: &Msg| {
+            .subscribe_with(TOPIC, options, move |m: &Msg| {
                 let attempt = {
                     let mut counts = counts.lock().unwrap();
                     let a = counts.entry(m.body().n).or_insert(0);

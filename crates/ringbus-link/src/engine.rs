@@ -4,6 +4,8 @@
 //! - [`Claims`] and its guard [`Claim`]: which topics a link has linked, in which direction.
 //! - [`ImportTask`]: what `close` needs of a running import.
 //! - [`deadline_after`]: a deadline from a timeout that may be `Duration::MAX`.
+//! - [`Settlement`]: what an at-least-once import does with a message once every local
+//!   subscriber has handled it: ack, dead-letter, or deliver again.
 //! - [`Tasks`]: a link's running imports and exports (of the engine's [`Export`] type), and
 //!   the first steps of its `close`: settle the imports, then flush the exports, within one
 //!   deadline.
@@ -135,6 +137,44 @@ pub trait Export: Send + Sized {
     fn abort(self) -> u64;
 }
 
+/// What an at-least-once import does with a message once its delivery receipt resolved,
+/// the same on every engine.
+///
+/// A handler's failure stays with that handler, as in process: a subscriber retries by its
+/// own [retry policy](https://docs.rs/ringbus/latest/ringbus/struct.RetryPolicy.html), and the
+/// receipt counts it failed only once it gave up. The broker then gets the message settled
+/// once, so the handlers that succeeded never see it again: dead-lettered (the failure is
+/// kept where an operator finds it) and acknowledged. The broker delivers a message again only
+/// when some subscriber never got to handle it (it ended first: unsubscribed, detached after
+/// a stall, stopped by a bounded close), or when the bus refused it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// Every subscriber present handled it without error (or there was none): acknowledge.
+    Ack,
+    /// A handler gave up on it: dead-letter it with this reason, and acknowledge it.
+    DeadLetter(String),
+    /// A subscriber ended before handling it, and none gave up: deliver it again (or
+    /// dead-letter it at the last delivery the broker allows), with this reason.
+    Redeliver(String),
+}
+
+impl Settlement {
+    /// The settlement of a message that `subscribers` subscribers were present for, of which
+    /// `failed` handlers gave up on it and `missed` ended without handling it (the fields of
+    /// `ringbus::Delivered`).
+    pub fn of(subscribers: usize, failed: usize, missed: usize) -> Self {
+        if failed > 0 {
+            Settlement::DeadLetter(format!("{failed} of {subscribers} handlers gave up on it"))
+        } else if missed > 0 {
+            Settlement::Redeliver(format!(
+                "{missed} of {subscribers} subscribers ended before handling it"
+            ))
+        } else {
+            Settlement::Ack
+        }
+    }
+}
+
 /// The deadline `timeout` after `start` (a close's, a request's): a timeout past what the
 /// clock can represent (`Duration::MAX`) is no deadline, and waits [`LONGEST_WAIT`] instead
 /// of overflowing.
@@ -232,5 +272,27 @@ impl<E> fmt::Debug for Tasks<E> {
             .field("imports", &lists.0.len())
             .field("exports", &lists.1.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod settlement_tests {
+    use super::Settlement;
+
+    #[test]
+    fn a_handler_that_gave_up_dead_letters_and_a_missed_one_redelivers() {
+        assert_eq!(Settlement::of(3, 0, 0), Settlement::Ack);
+        assert_eq!(Settlement::of(0, 0, 0), Settlement::Ack);
+        assert_eq!(
+            Settlement::of(3, 1, 0),
+            Settlement::DeadLetter("1 of 3 handlers gave up on it".into())
+        );
+        // A handler that gave up wins over one that missed it: the message is kept in the
+        // dead letters, and the handlers that succeeded do not see it again.
+        assert!(matches!(Settlement::of(3, 1, 1), Settlement::DeadLetter(_)));
+        assert_eq!(
+            Settlement::of(2, 0, 1),
+            Settlement::Redeliver("1 of 2 subscribers ended before handling it".into())
+        );
     }
 }

@@ -59,7 +59,8 @@ struct Receipt {
 struct Handled(watch::Sender<Vec<u64>>);
 
 /// Reads each order in place, as in the quickstart. Handlers of a JetStream import must be
-/// idempotent: after a failure or a crash the order is delivered again.
+/// idempotent: after a crash (or a handler that ended before it got to the order) the order is
+/// delivered again.
 #[subscriber("orders")]
 async fn audit(order: &Order, handled: State<Handled>) {
     println!("[serve]   order {} for {} cents", order.id, order.cents);

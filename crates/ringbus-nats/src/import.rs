@@ -7,8 +7,10 @@
 //! JetStream: a durable pull consumer with explicit acks (`<durable>_<topic>`, or
 //! `<group>_<topic>` when shared: instances pulling from one consumer compete for its
 //! messages); each message is published with a delivery receipt and settled once every local
-//! subscriber has handled it: acked, or nacked with a delay, or (at the last allowed delivery)
-//! dead-lettered and terminated.
+//! subscriber has handled it (`ringbus_link::engine::Settlement`): acked; dead-lettered and
+//! terminated when a handler gave up on it (after its own retries), so the handlers that
+//! succeeded never see it again; nacked with a delay when a subscriber ended before handling
+//! it, or the bus refused it (dead-lettered at the last delivery the consumer allows).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
 use ringbus::{Delivered, Delivery, PublishError, Topic};
-use ringbus_link::engine::ImportTask;
+use ringbus_link::engine::{ImportTask, Settlement};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -334,7 +336,8 @@ async fn settle_in_order(
     }
 }
 
-/// Acks, nacks or dead-letters one import after the local subscribers handled it.
+/// Acks, nacks or dead-letters one import after the local subscribers handled it (see
+/// `Settlement`: a handler that gave up dead-letters it, one that never got it redelivers it).
 async fn settle_outcome(
     link: &LinkShared,
     topic: &str,
@@ -342,18 +345,24 @@ async fn settle_outcome(
     outcome: Delivered,
     allowed: i64,
 ) {
-    if outcome.is_ok() {
-        if settle(link, message, AckKind::Ack).await {
-            add(&link.counters.acked);
+    match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
+        Settlement::Ack => {
+            if settle(link, message, AckKind::Ack).await {
+                add(&link.counters.acked);
+            }
         }
-        return;
+        Settlement::DeadLetter(why) => {
+            let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+            dead_letter(
+                link,
+                topic,
+                message,
+                &format!("{why} on delivery {delivered}"),
+            )
+            .await;
+        }
+        Settlement::Redeliver(why) => failed(link, topic, message, &why, allowed).await,
     }
-    let why = format!(
-        "{} of {} handlers failed",
-        outcome.failed + outcome.missed,
-        outcome.subscribers
-    );
-    failed(link, topic, message, &why, allowed).await;
 }
 
 /// A delivery that did not succeed (`why`): dead-lettered if it was the last the consumer

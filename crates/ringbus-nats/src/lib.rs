@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | delivery | at most once | at least once (handlers must be idempotent) |
 //! | export | handed to the client, no ack | server ack awaited in bounded windows; re-sent with the same id until acked (server dedup) |
-//! | import | subscription; the client buffers up to `import_buffer` messages, beyond which it drops and reports a slow consumer (logged, counted) | durable pull consumer; acked once every local subscriber handled the message; a handler failure nacks with a delay; after `max_deliver` deliveries the message goes to the dead-letter subject and is terminated |
+//! | import | subscription; the client buffers up to `import_buffer` messages, beyond which it drops and reports a slow consumer (logged, counted) | durable pull consumer; acked once every local subscriber handled the message; a handler that gives up on it (after its own retries) has it dead-lettered at once; one a subscriber never handled is nacked with a delay, and after `max_deliver` deliveries goes to the dead-letter subject |
 //! | echo | the connection never receives its own messages (no-echo) | the origin header filters the link's own exports |
 //!
 //! When several instances of a service import one topic, each import is fan-out (every
@@ -58,9 +58,11 @@
 //! The requester's deadline crosses with the request; timeouts, no responders and late
 //! replies map to `ringbus::RequestError` and are counted in [`LinkStats`].
 //!
-//! **Tests without a `nats-server`**: [`testing::MemoryNats`] is a NATS core server inside
-//! the test process that links connect to as to a real one (core mode, request/reply, queue
-//! groups; not JetStream). [`testing`] shows how to test a service and its link with it.
+//! **Tests without a `nats-server`** (feature `testing`, for your `[dev-dependencies]`):
+//! `testing::MemoryNats` is a NATS core server inside the test process that links connect to
+//! as to a real one (core mode, request/reply, queue groups; not JetStream). The `testing`
+//! module shows how to test a service and its link with it, and starts real `nats-server`s
+//! too (`NatsServer`, `NatsCluster`).
 //!
 //! Bad input from the wire (a body that does not decode, missing headers, an oversized
 //! message) is logged without its body and counted ([`LinkStats::bad_input`]); on JetStream
@@ -81,6 +83,7 @@ mod otel;
 mod request;
 mod stats;
 mod subject;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod wire;
 

@@ -160,11 +160,15 @@ pub struct JetStreamOptions {
     /// ways must each use their own durable name, or a process would skip (and settle) its
     /// own messages in place of the other's.
     pub durable: String,
-    /// Deliveries of one message before it is dead-lettered. Default: 5.
+    /// Deliveries of one message before it is dead-lettered. Default: 5. A handler that gives
+    /// up on a message has it dead-lettered on that delivery.
     pub max_deliver: u32,
-    /// How long a failed message waits before it is delivered again. Default: 1 s.
+    /// How long a message nacked (a subscriber ended before handling it, or the bus refused
+    /// it) waits before it is delivered again. Default: 1 s. A handler that fails retries by
+    /// its own `RetryPolicy` instead (see `ringbus_link::engine::Settlement`).
     pub nack_delay: Duration,
-    /// How long the server waits for an ack before delivering again. Default: 30 s.
+    /// How long the server waits for an ack before delivering again. Default: 30 s. Keep it
+    /// above the slowest handler's run time, its retries and their backoff included.
     pub ack_wait: Duration,
     /// Messages fetched per pull. Default: 64.
     pub pull_batch: usize,

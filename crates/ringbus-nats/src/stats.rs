@@ -122,9 +122,11 @@ pub struct LinkStats {
     pub bad_input: u64,
     /// JetStream: imports acked after every local subscriber handled them.
     pub acked: u64,
-    /// JetStream: imports given back (a handler failed) to be delivered again later.
+    /// JetStream: imports given back (a subscriber ended before handling it, or the bus
+    /// refused it) to be delivered again later.
     pub nacked: u64,
-    /// JetStream: imports sent to the dead-letter subject and terminated.
+    /// JetStream: imports sent to the dead-letter subject and terminated (a handler gave up
+    /// on it, it came for the last allowed time, or it was bad input).
     pub dead_lettered: u64,
     /// JetStream: acks, naks or terms that could not be sent.
     pub ack_errors: u64,

@@ -13,12 +13,14 @@
 //!   (`Topic::publish_tracked`), at most `max_in_flight` at a time, and the receipt goes to
 //!   the settler in stream order.
 //! - **Settle**, in order, once every local subscriber has handled the message: `XACK` (the
-//!   entry leaves the PEL). A handler failed: give it back, `XCLAIM ... IDLE <claim_idle -
-//!   nack_delay> JUSTID`, which keeps it in the PEL but makes it look idle, so that a claim
-//!   takes it again after `nack_delay`. At the last allowed delivery (`max_deliver`): copy it
-//!   to the dead-letter stream and `XACK` it, in one `MULTI`/`EXEC`.
+//!   entry leaves the PEL). A handler gave up on it (after its own retries: see
+//!   `ringbus_link::engine::Settlement`): copy it to the dead-letter stream and `XACK` it, in
+//!   one `MULTI`/`EXEC`, so the handlers that succeeded never see it again. A subscriber ended
+//!   before handling it: give it back, `XCLAIM ... IDLE <claim_idle - nack_delay> JUSTID`,
+//!   which keeps it in the PEL but makes it look idle, so that a claim takes it again after
+//!   `nack_delay`; at the last allowed delivery (`max_deliver`), dead-letter it.
 //! - **Claim.** Every `claim_interval`, `XAUTOCLAIM <key> <group> <consumer> <claim_idle>`
-//!   takes every entry idle in the PEL for `claim_idle`: given back by a handler failure, or
+//!   takes every entry idle in the PEL for `claim_idle`: given back by the settler, or
 //!   held by a consumer that died or stalled. `XAUTOCLAIM` raises each entry's delivery count;
 //!   `XPENDING` reads it back. An entry delivered more than `max_deliver` times (a message
 //!   that kills its consumers) is dead-lettered without being handled.
@@ -34,10 +36,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply};
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamRangeReply};
 use redis::Value;
 use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
-use ringbus_link::engine::ImportTask;
+use ringbus_link::engine::{ImportTask, Settlement};
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
 use tokio::sync::{mpsc, Semaphore};
@@ -460,14 +462,11 @@ where
                 window.remember(message, &entry.id);
             }
             link.held.fetch_add(1, Ordering::Relaxed);
-            // The settler needs the fields only to dead-letter the entry after a failure at
-            // its last allowed delivery. Otherwise they are freed here, on the task that
-            // made them (freed by the settler on the other worker, they cost 3% of an
-            // import's CPU in glibc's cross-thread frees).
+            // The settler needs the fields only to dead-letter the entry: freed here, on the
+            // task that made them (a free on the settler's worker is a cross-thread free),
+            // and read back in the rare case of a dead letter (`with_fields`).
             let mut entry = entry;
-            if entry.deliveries < max_deliver {
-                drop(std::mem::take(&mut entry.fields));
-            }
+            drop(std::mem::take(&mut entry.fields));
             permit.send((delivery, entry));
             true
         }
@@ -536,27 +535,61 @@ async fn ack_all(import: &Import, entries: &mut Vec<String>) {
     entries.clear();
 }
 
-/// Acks, gives back or dead-letters one import after the local subscribers handled it.
+/// Acks, gives back or dead-letters one import after the local subscribers handled it (see
+/// `Settlement`: a handler that gave up dead-letters it, one that never got it gives it back).
 async fn settle(import: &Import, entry: &Entry, outcome: Delivered) {
     let link = &import.link;
-    if outcome.is_ok() {
-        if ack(import, &entry.id).await {
-            add(&link.counters.acked);
+    let last = entry.deliveries >= u64::from(link.streams.max_deliver.max(1));
+    let reason = match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
+        Settlement::Ack => {
+            if ack(import, &entry.id).await {
+                add(&link.counters.acked);
+            }
+            return;
         }
-        return;
+        Settlement::DeadLetter(why) => format!("{why} on delivery {}", entry.deliveries),
+        Settlement::Redeliver(why) if last => {
+            format!("{why} on delivery {} (the last allowed)", entry.deliveries)
+        }
+        Settlement::Redeliver(why) => {
+            tracing::debug!(topic = %import.topic, deliveries = entry.deliveries, reason = %why, "ringbus-redis: a subscriber did not handle a message; delivering again later");
+            if give_back(import, &entry.id, link.streams.nack_delay).await {
+                add(&link.counters.nacked);
+            }
+            return;
+        }
+    };
+    // Not read back: it stays pending, to be claimed, handled again and settled.
+    if let Some(entry) = with_fields(import, entry).await {
+        dead_letter(import, &entry, &reason).await;
     }
-    if entry.deliveries >= u64::from(link.streams.max_deliver.max(1)) {
-        let reason = format!(
-            "{} of {} handlers failed on delivery {} (the last allowed)",
-            outcome.failed + outcome.missed,
-            outcome.subscribers,
-            entry.deliveries
-        );
-        dead_letter(import, entry, &reason).await;
-    } else {
-        tracing::debug!(topic = %import.topic, deliveries = entry.deliveries, "ringbus-redis: a handler failed; delivering again later");
-        if give_back(import, &entry.id, link.streams.nack_delay).await {
-            add(&link.counters.nacked);
+}
+
+/// `entry` with its fields, read back from the stream (the import freed them: see
+/// `hand_over`). `None` (logged) if they could not be read: the entry then stays pending.
+async fn with_fields(import: &Import, entry: &Entry) -> Option<Entry> {
+    if entry.fields.iter().next().is_some() {
+        return Some(Entry {
+            id: entry.id.clone(),
+            fields: entry.fields.clone(),
+            deliveries: entry.deliveries,
+        });
+    }
+    let mut cmd = redis::cmd("XRANGE");
+    cmd.arg(&import.key).arg(&entry.id).arg(&entry.id);
+    match import.link.commands.query::<StreamRangeReply>(&cmd).await {
+        Ok(reply) => reply
+            .ids
+            .into_iter()
+            .next()
+            .map(|StreamId { id, map, .. }| Entry {
+                id,
+                fields: map.into_iter().collect(),
+                deliveries: entry.deliveries,
+            }),
+        Err(e) => {
+            tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: could not read an entry back to dead-letter it; it stays pending");
+            None
         }
     }
 }

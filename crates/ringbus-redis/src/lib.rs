@@ -11,7 +11,7 @@
 //! |---|---|
 //! | delivery | at least once: handlers must be idempotent |
 //! | export | what is queued for the export goes as one pipeline of `XADD`s (one round trip per batch, not per message), in the topic's order; a message that cannot be sent costs only itself; re-sent after a lost connection for up to `publish_retry_for`; streams trimmed to about `max_len` entries |
-//! | import | a consumer group; acknowledged (`XACK`) once every local subscriber handled the message; a handler failure gives it back for `nack_delay`; a dead consumer's messages are claimed (`XAUTOCLAIM`) after `claim_idle`; after `max_deliver` deliveries the message goes to the dead-letter stream |
+//! | import | a consumer group; acknowledged (`XACK`) once every local subscriber handled the message; a handler that gives up on it (after its own retries) has it dead-lettered at once; one a subscriber never handled is given back for `nack_delay`; a dead consumer's messages are claimed (`XAUTOCLAIM`) after `claim_idle`; after `max_deliver` deliveries the message goes to the dead-letter stream |
 //! | dedup | an import drops a second entry with a message id it handed to the bus within its `dedup_window` (in this process) |
 //! | echo | the origin field filters out the link's own exports |
 //!
@@ -48,7 +48,7 @@
 //! - [`Link`], [`LinkBuilder`]: the link and its settings.
 //! - [`StreamOptions`]: consumer groups, redelivery, dead letters, trimming, dedup.
 //! - [`LinkStats`], [`LinkCloseReport`], [`ConnectionState`]: what it did.
-//! - [`testing::RedisServer`]: a real `redis-server` for tests.
+//! - `testing::RedisServer` (feature `testing`): a real `redis-server` for tests.
 //!
 //! Bad input from the stream (a body that does not decode, missing fields, an oversized
 //! message) is logged without its body, counted ([`LinkStats::bad_input`]) and
@@ -66,6 +66,7 @@ mod import;
 mod link;
 mod options;
 mod stats;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod wire;
 

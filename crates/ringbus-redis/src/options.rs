@@ -35,9 +35,12 @@ pub struct StreamOptions {
     pub max_deliver: u32,
     /// How long a message may stay unacknowledged with a consumer before another consumer of
     /// the group (or this one) claims it (XAUTOCLAIM's min-idle): how long a dead consumer's
-    /// messages wait. Must exceed the slowest handler's run time. Default: 30 s.
+    /// messages wait. Must exceed the slowest handler's run time, its retries and their
+    /// backoff included. Default: 30 s.
     pub claim_idle: Duration,
-    /// How long after a handler failed its message is delivered again. Default: 1 s.
+    /// How long a message given back (a subscriber ended before handling it, or the bus
+    /// refused it) waits before it is delivered again. Default: 1 s. A handler that fails
+    /// retries by its own `RetryPolicy` instead (see `ringbus_link::engine::Settlement`).
     pub nack_delay: Duration,
     /// Messages handed to the local bus and not yet settled, at most, per import.
     /// Default: 256. 0 counts as 1, and more than tokio's `Semaphore::MAX_PERMITS` as that.

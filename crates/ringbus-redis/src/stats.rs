@@ -71,7 +71,8 @@ counters! {
     bad_input,
     /// Imports acknowledged (XACK) after every local subscriber handled them.
     acked,
-    /// Imports given back after a handler failed, to be delivered again after `nack_delay`.
+    /// Imports given back (a subscriber ended before handling it, or the bus refused it), to
+    /// be delivered again after `nack_delay`.
     nacked,
     /// Messages this link claimed from the pending list (XAUTOCLAIM): given back, or held by
     /// a consumer that died or stalled past `claim_idle`.

@@ -462,7 +462,7 @@ async fn an_existing_consumer_keeps_its_settings_and_the_link_follows_them() {
 
 /// On a strict bus, a JetStream message that arrives while its topic has no local subscriber
 /// is refused by the bus (`NoSubscriber`) and delivered again; on the last delivery the
-/// consumer allows it is dead-lettered, as a handler failure is, not left where the server
+/// consumer allows it is dead-lettered, not left where the server
 /// will never deliver it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_refused_by_a_strict_bus_is_dead_lettered_after_its_last_delivery() {
