@@ -12,8 +12,9 @@
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
 //! - [`names`], [`ids`]: for engines: the reserved names they write, and message ids.
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
-//!   topics, the import task, the first steps of a close), and `server`: what their
-//!   test-server harnesses share.
+//!   topics, the import task, the first steps of a close), `import`: the at-least-once
+//!   import written once, over an engine's `Inbound`, and `server`: what their test-server
+//!   harnesses share.
 //! - `testing` (feature `testing`): what the engines' own tests share.
 //!
 //! ```
@@ -35,6 +36,8 @@ pub mod codec;
 #[cfg(feature = "engine")]
 pub mod engine;
 pub mod ids;
+#[cfg(feature = "engine")]
+pub mod import;
 pub mod names;
 #[cfg(feature = "engine")]
 pub mod server;

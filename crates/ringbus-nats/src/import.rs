@@ -18,10 +18,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
-use ringbus::{Delivered, Delivery, PublishError, Topic};
-use ringbus_link::engine::{ImportTask, Settlement};
-use tokio::sync::{mpsc, Semaphore};
-use tokio_util::task::AbortOnDropHandle;
+use ringbus::{Context, Topic};
+use ringbus_link::engine::ImportTask;
+use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
 
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
 use crate::error::LinkError;
@@ -108,14 +107,18 @@ where
                 )));
             }
             let allowed = deliveries_allowed(&consumer, &config);
-            tokio::spawn(js_loop(
-                link.clone(),
-                local,
+            let inbound = JetStreamImport {
+                link: link.clone(),
+                topic: topic.to_string(),
                 subject,
-                codec,
-                consumer,
                 allowed,
-            ))
+            };
+            let reader = Pulls {
+                consumer,
+                messages: None,
+                retry: Duration::from_millis(100),
+            };
+            import::spawn(inbound, reader, local, codec)
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
@@ -211,184 +214,175 @@ async fn core_loop<T, C>(
     }
 }
 
-async fn js_loop<T, C>(
-    link: Arc<LinkShared>,
-    local: Topic<T>,
-    subject: String,
-    codec: C,
-    consumer: jetstream::consumer::Consumer<pull::Config>,
-    allowed: i64,
-) where
-    T: Send + Sync + 'static,
-    C: Codec<T>,
-{
-    // Held messages go to one settler, in order: receipts resolve in position order, so it
-    // waits on one at a time. The channel's bound is `max_in_flight`; the settler is aborted
-    // with this task if a cut close aborts it.
-    let (to_settle, held) = mpsc::channel(link.js.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
-    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(
-        link.clone(),
-        local.name().to_string(),
-        held,
-        allowed,
-    )));
-    let mut retry = Duration::from_millis(100);
-    'pull: while !link.stop_imports.is_cancelled() {
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(link.js.pull_batch.max(1))
-            .heartbeat(Duration::from_secs(5))
-            .expires(Duration::from_secs(30))
-            .messages()
-            .await;
-        let mut messages = match messages {
-            Ok(m) => m,
-            Err(e) => {
-                add(&link.counters.import_errors);
-                tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull failed; retrying");
-                tokio::select! {
-                    _ = link.stop_imports.cancelled() => break 'pull,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(2));
-                continue;
-            }
-        };
-        loop {
-            // At most `max_in_flight` messages held: room taken before pulling the next one.
-            let permit = tokio::select! {
-                biased;
-                _ = link.stop_imports.cancelled() => break 'pull,
-                p = to_settle.reserve() => match p {
-                    Ok(p) => p,
-                    Err(_) => break 'pull,
-                },
-            };
-            let next = tokio::select! {
-                biased;
-                _ = link.stop_imports.cancelled() => break 'pull,
-                m = messages.next() => m,
-            };
-            let message = match next {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => {
-                    // A missed heartbeat or a broken pull: start a new stream of pulls (the
-                    // durable consumer keeps the place; anything the old stream had buffered
-                    // is delivered again after the ack wait).
-                    add(&link.counters.import_errors);
-                    tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: JetStream pull error; pulling anew");
-                    continue 'pull;
-                }
-                // The stream of pulls ended (for instance the consumer was recreated):
-                // start a new one.
-                None => continue 'pull,
-            };
-            retry = Duration::from_millis(100);
-            if origin(message.headers.as_ref()) == Some(link.id.as_str()) {
-                // Our own export, back from the stream: not for us.
-                add(&link.counters.echo_skipped);
-                settle(&link, &message, AckKind::Ack).await;
-                continue;
-            }
-            let msg = match take(&link, &codec, local.name(), &subject, &message) {
-                Ok(msg) => msg,
-                Err(reason) => {
-                    dead_letter(&link, local.name(), &message, &reason.to_string()).await;
-                    continue;
-                }
-            };
-            let ctx = crate::otel::context(local.name(), &subject, message.headers.as_ref());
-            match local.publish_tracked(&ctx, msg).await {
-                Ok(delivery) => {
-                    add(&link.counters.imported);
-                    link.held.fetch_add(1, Ordering::Relaxed);
-                    permit.send((delivery, message));
-                }
-                Err(PublishError::Closed(_)) => {
-                    // The bus is closing: give it back for a later delivery.
-                    settle(&link, &message, AckKind::Nak(None)).await;
-                    break 'pull;
-                }
-                Err(e) => {
-                    tracing::warn!(topic = %local.name(), error = %e, "ringbus-nats: the local bus refused an import");
-                    let why = format!("the local bus refused it: {e}");
-                    failed(&link, local.name(), &message, &why, allowed).await;
-                }
-            }
-        }
-    }
-    // Stop pulling (the stream of pulls is dropped above), then settle what is held.
-    drop(to_settle);
-    let _ = settler.await;
-}
-
-/// Settles held imports in the order they were handed to the bus.
-async fn settle_in_order(
+/// A JetStream import of one topic: the durable consumer's messages, settled as
+/// `ringbus_link::import` says.
+struct JetStreamImport {
     link: Arc<LinkShared>,
     topic: String,
-    mut held: mpsc::Receiver<(Delivery, jetstream::Message)>,
+    subject: String,
+    /// The deliveries the consumer allows (see `deliveries_allowed`); below 1, any number.
     allowed: i64,
-) {
-    while let Some((delivery, message)) = held.recv().await {
-        let outcome = delivery.wait().await;
-        settle_outcome(&link, &topic, &message, outcome, allowed).await;
-        link.held.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
-/// Acks, nacks or dead-letters one import after the local subscribers handled it (see
-/// `Settlement`: a handler that gave up dead-letters it, one that never got it redelivers it).
-async fn settle_outcome(
-    link: &LinkShared,
-    topic: &str,
-    message: &jetstream::Message,
-    outcome: Delivered,
-    allowed: i64,
-) {
-    match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
-        Settlement::Ack => {
-            if settle(link, message, AckKind::Ack).await {
-                add(&link.counters.acked);
+/// The pulling side of a JetStream import: the consumer and its current stream of pulls.
+struct Pulls {
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+    /// Made on the first take, and anew after a pull error or its end.
+    messages: Option<pull::Stream>,
+    /// The wait after a failed pull, doubled up to 2 s.
+    retry: Duration,
+}
+
+impl Inbound for JetStreamImport {
+    type Message = jetstream::Message;
+    /// Unused: the stream drops a second message with one message id itself (its duplicate
+    /// window), so the import's window is off.
+    type Key = u64;
+    type Reader = Pulls;
+
+    const ENGINE: &'static str = "ringbus-nats";
+
+    fn shared(&self) -> Shared<'_> {
+        Shared {
+            topic: &self.topic,
+            link_id: &self.link.id,
+            held: &self.link.held,
+            stop: &self.link.stop_imports,
+        }
+    }
+
+    fn count(&self, what: Count, n: u64) {
+        let counters = &self.link.counters;
+        let counter = match what {
+            Count::Imported => &counters.imported,
+            Count::Acked => &counters.acked,
+            Count::Nacked => &counters.nacked,
+            Count::DeadLettered => &counters.dead_lettered,
+            Count::EchoSkipped => &counters.echo_skipped,
+            Count::BadInput => &counters.bad_input,
+            // The import's window is off (`dedup_window` 0): never counted.
+            Count::Duplicates => return,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.link.js.max_in_flight
+    }
+
+    fn dedup_window(&self) -> usize {
+        0
+    }
+
+    /// The next message of the stream of pulls (one: room for it is taken before each).
+    async fn take(&self, pulls: &mut Pulls, _room: usize) -> Vec<jetstream::Message> {
+        let messages = match &mut pulls.messages {
+            Some(messages) => messages,
+            None => {
+                let made = pulls
+                    .consumer
+                    .stream()
+                    .max_messages_per_batch(self.link.js.pull_batch.max(1))
+                    .heartbeat(Duration::from_secs(5))
+                    .expires(Duration::from_secs(30))
+                    .messages()
+                    .await;
+                match made {
+                    Ok(messages) => pulls.messages.insert(messages),
+                    Err(e) => {
+                        add(&self.link.counters.import_errors);
+                        tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull failed; retrying");
+                        tokio::time::sleep(pulls.retry).await;
+                        pulls.retry = (pulls.retry * 2).min(Duration::from_secs(2));
+                        return Vec::new();
+                    }
+                }
+            }
+        };
+        match messages.next().await {
+            Some(Ok(message)) => {
+                pulls.retry = Duration::from_millis(100);
+                vec![message]
+            }
+            Some(Err(e)) => {
+                // A missed heartbeat or a broken pull: start a new stream of pulls (the
+                // durable consumer keeps the place; anything the old stream had buffered is
+                // delivered again after the ack wait).
+                add(&self.link.counters.import_errors);
+                tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull error; pulling anew");
+                pulls.messages = None;
+                Vec::new()
+            }
+            // The stream of pulls ended (for instance the consumer was recreated): start a
+            // new one.
+            None => {
+                pulls.messages = None;
+                Vec::new()
             }
         }
-        Settlement::DeadLetter(why) => {
-            let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-            dead_letter(
-                link,
-                topic,
-                message,
-                &format!("{why} on delivery {delivered}"),
-            )
-            .await;
-        }
-        Settlement::Redeliver(why) => failed(link, topic, message, &why, allowed).await,
     }
-}
 
-/// A delivery that did not succeed (`why`): dead-lettered if it was the last the consumer
-/// allows (`allowed`; the server would not deliver it again), otherwise nacked to come again
-/// after the nack delay. A consumer made elsewhere may allow any number (`allowed` below 1).
-async fn failed(
-    link: &LinkShared,
-    topic: &str,
-    message: &jetstream::Message,
-    why: &str,
-    allowed: i64,
-) {
-    let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-    if allowed > 0 && delivered >= allowed {
-        let reason = format!("{why} on delivery {delivered} (the last allowed)");
-        dead_letter(link, topic, message, &reason).await;
-    } else {
-        tracing::debug!(
-            topic,
-            delivered,
-            reason = why,
-            "ringbus-nats: a delivery failed; delivering again later"
-        );
-        if settle(link, message, AckKind::Nak(Some(link.js.nack_delay))).await {
-            add(&link.counters.nacked);
+    fn origin<'m>(&self, message: &'m jetstream::Message) -> Option<&'m str> {
+        origin(message.headers.as_ref())
+    }
+
+    fn message_id<'m>(&self, message: &'m jetstream::Message) -> Option<&'m str> {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(ID_HEADER))
+            .map(|v| v.as_str())
+    }
+
+    fn key(&self, _message: &jetstream::Message) -> Option<u64> {
+        None
+    }
+
+    fn deliveries(&self, message: &jetstream::Message) -> u64 {
+        message
+            .info()
+            .map_or(1, |i| u64::try_from(i.delivered).unwrap_or(1))
+    }
+
+    /// The last delivery the consumer allows: the server would not deliver it again.
+    fn is_last(&self, message: &jetstream::Message) -> bool {
+        let delivered = i64::try_from(self.deliveries(message)).unwrap_or(i64::MAX);
+        self.allowed > 0 && delivered >= self.allowed
+    }
+
+    fn decode<T, C: Codec<T>>(&self, codec: &C, message: &jetstream::Message) -> Result<T, String> {
+        decode(
+            codec,
+            &self.topic,
+            message.headers.as_ref(),
+            &message.payload,
+            self.link.max_message_bytes,
+        )
+        .map_err(|reason| format!("{reason} (subject {})", self.subject))
+    }
+
+    fn context(&self, message: &jetstream::Message) -> Context {
+        crate::otel::context(&self.topic, &self.subject, message.headers.as_ref())
+    }
+
+    async fn ack(&self, messages: &[jetstream::Message]) -> bool {
+        let mut all = true;
+        for message in messages {
+            all &= settle(&self.link, message, AckKind::Ack).await;
         }
+        all
+    }
+
+    async fn give_back(&self, message: &jetstream::Message, when: Redeliver) -> bool {
+        let delay = match when {
+            Redeliver::Now => None,
+            Redeliver::Later => Some(self.link.js.nack_delay),
+        };
+        settle(&self.link, message, AckKind::Nak(delay)).await
+    }
+
+    async fn dead_letter(&self, message: &jetstream::Message, reason: &str) -> bool {
+        dead_letter(&self.link, &self.topic, message, reason).await
     }
 }
 
@@ -405,14 +399,19 @@ async fn settle(link: &LinkShared, message: &jetstream::Message, kind: AckKind) 
 }
 
 /// Copies `message` to the dead-letter subject of `topic` (with the reason as a header) and
-/// terminates it.
-async fn dead_letter(link: &LinkShared, topic: &str, message: &jetstream::Message, reason: &str) {
+/// terminates it. False if the copy was not stored.
+async fn dead_letter(
+    link: &LinkShared,
+    topic: &str,
+    message: &jetstream::Message,
+    reason: &str,
+) -> bool {
     let subject = match crate::subject::subject(&link.dead_letter_prefix, topic) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "ringbus-nats: no dead-letter subject");
             settle(link, message, AckKind::Term).await;
-            return;
+            return false;
         }
     };
     let mut headers = message.headers.clone().unwrap_or_default();
@@ -434,21 +433,16 @@ async fn dead_letter(link: &LinkShared, topic: &str, message: &jetstream::Messag
         Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
-    let id = message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(ID_HEADER))
-        .map(|v| v.to_string());
     match stored {
         Ok(()) => {
-            add(&link.counters.dead_lettered);
-            tracing::warn!(topic, id = ?id, %subject, reason, "ringbus-nats: message dead-lettered");
             settle(link, message, AckKind::Term).await;
+            true
         }
         Err(e) => {
             // Not stored: leave it to the server's redelivery rather than lose it.
-            tracing::error!(topic, id = ?id, error = %e, "ringbus-nats: dead-lettering failed; the message will be delivered again");
+            tracing::error!(topic, %subject, error = %e, "ringbus-nats: dead-lettering failed; the message will be delivered again");
             settle(link, message, AckKind::Nak(Some(link.js.nack_delay))).await;
+            false
         }
     }
 }

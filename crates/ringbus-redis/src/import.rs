@@ -2,6 +2,11 @@
 //! publishes what arrives into the local bus; a settler acknowledges each message once every
 //! local subscriber handled it.
 //!
+//! What every at-least-once engine does the same way (hand over in order, the dedup window,
+//! settle in order, stop) is `ringbus_link::import`; this module is the Redis side of it,
+//! `impl Inbound for Import`: how entries are read and claimed, and what acks, gives back
+//! and dead-letters them.
+//!
 //! The protocol, per import (one consumer, `<consumer>`, in the group `<group>` of the stream
 //! `<prefix>:<topic>`):
 //!
@@ -31,20 +36,18 @@
 //! it in the PEL, where a claim finds it: a message can be handled twice, never lost.
 //! `held` counts receipts sent to the settler and not yet settled.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamRangeReply};
 use redis::Value;
-use ringbus::{Context, Delivered, Delivery, PublishError, Topic};
-use ringbus_link::engine::{ImportTask, Settlement};
+use ringbus_link::engine::ImportTask;
+use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
-use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
-use tokio_util::task::AbortOnDropHandle;
 
 use crate::conn::{is_connection_error, Conn};
 use crate::error::LinkError;
@@ -69,63 +72,12 @@ struct Import {
     group: String,
 }
 
-/// The message ids handed to the bus recently, with the entry that carried each: a second
-/// entry with one of them is a duplicate (a redelivery of the same entry is not). One shared
-/// copy of each message id; entry ids are kept as their two numbers.
-struct Window {
-    capacity: usize,
-    order: VecDeque<Arc<str>>,
-    entries: HashMap<Arc<str>, EntryId>,
-}
-
 /// A stream entry id, `<milliseconds>-<sequence>`, as numbers.
 type EntryId = (u64, u64);
 
 fn entry_id(id: &str) -> Option<EntryId> {
     let (ms, seq) = id.split_once('-')?;
     Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-impl Window {
-    fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            order: VecDeque::new(),
-            entries: HashMap::new(),
-        }
-    }
-
-    /// The message id this window tracks for an entry with `fields`, copied out once: none
-    /// when dedup is off (`dedup_window: 0`), so an import without it copies no id.
-    fn tracked(&self, fields: &Fields) -> Option<Arc<str>> {
-        if self.capacity == 0 {
-            return None;
-        }
-        message_id(fields).map(Arc::<str>::from)
-    }
-
-    fn is_duplicate(&self, message: &str, entry: &str) -> bool {
-        self.entries
-            .get(message)
-            .is_some_and(|e| Some(*e) != entry_id(entry))
-    }
-
-    fn remember(&mut self, message: &Arc<str>, entry: &str) {
-        if self.capacity == 0 || self.entries.contains_key(message) {
-            return;
-        }
-        // Redis makes every entry id: one that is not two numbers is never remembered.
-        let Some(entry) = entry_id(entry) else {
-            return;
-        };
-        self.entries.insert(message.clone(), entry);
-        self.order.push_back(message.clone());
-        if self.order.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.entries.remove(&oldest);
-            }
-        }
-    }
 }
 
 /// Creates the group at the start of the stream (and the stream, if missing); a group that
@@ -168,101 +120,199 @@ where
         link.counters.clone(),
         format!("reads:{topic}"),
     );
-    let import = Arc::new(Import {
+    let import = Import {
         link: link.clone(),
         topic: topic.to_string(),
         key,
         group: group.to_string(),
-    });
+    };
     tracing::info!(topic, stream = %import.key, group, consumer = %link.consumer, "ringbus-redis: importing");
-    let task = tokio::spawn(read_loop(import, local, codec, reads));
+    let reader = Reader {
+        reads,
+        // A claim first: entries a dead consumer held are taken at once if idle enough.
+        next_claim: Instant::now(),
+        cursor: "0-0".to_string(),
+        retry: Duration::from_millis(50),
+    };
+    let task = import::spawn(import, reader, local, codec);
     Ok(ImportTask::new(task, "ringbus-redis"))
 }
 
-/// Reads, claims and hands over until the link stops imports; then settles what it holds.
-async fn read_loop<T, C>(import: Arc<Import>, local: Topic<T>, codec: C, reads: Conn)
-where
-    T: Send + Sync + 'static,
-    C: Codec<T>,
-{
-    let link = &import.link;
-    let options = &link.streams;
-    let (to_settle, held) = mpsc::channel(options.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
-    // Aborted with this task if a cut close aborts it.
-    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(import.clone(), held)));
-    let mut window = Window::new(options.dedup_window);
-    let interval = options.claim_interval();
-    // A claim first: entries a dead consumer held are taken at once if they are idle enough.
-    let mut next_claim = Instant::now();
-    let mut cursor = "0-0".to_string();
-    let mut retry = Duration::from_millis(50);
-    'read: while !link.stop_imports.is_cancelled() {
-        let taken = if Instant::now() >= next_claim {
-            let claimed = claim(&import, &mut cursor).await;
-            if cursor == "0-0" || claimed.is_err() {
-                next_claim = Instant::now() + interval;
+/// The reading side of an import: its blocking connection and where its claims are.
+struct Reader {
+    reads: Conn,
+    /// When the next `XAUTOCLAIM` is due.
+    next_claim: Instant,
+    /// `XAUTOCLAIM`'s cursor: `0-0` once the pending list was scanned to its end.
+    cursor: String,
+    /// The wait after a failed read, doubled up to 1 s.
+    retry: Duration,
+}
+
+impl Inbound for Import {
+    type Message = Entry;
+    type Key = EntryId;
+    type Reader = Reader;
+
+    const ENGINE: &'static str = "ringbus-redis";
+
+    fn shared(&self) -> Shared<'_> {
+        Shared {
+            topic: &self.topic,
+            link_id: &self.link.id,
+            held: &self.link.held,
+            stop: &self.link.stop_imports,
+        }
+    }
+
+    fn count(&self, what: Count, n: u64) {
+        let counters = &self.link.counters;
+        let counter = match what {
+            Count::Imported => &counters.imported,
+            Count::Acked => &counters.acked,
+            Count::Nacked => &counters.nacked,
+            Count::DeadLettered => &counters.dead_lettered,
+            Count::EchoSkipped => &counters.echo_skipped,
+            Count::BadInput => &counters.bad_input,
+            Count::Duplicates => &counters.duplicates,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.link.streams.max_in_flight
+    }
+
+    fn dedup_window(&self) -> usize {
+        self.link.streams.dedup_window
+    }
+
+    /// A claim when one is due (every `claim_interval`, and until a scan of the pending list
+    /// reached its end), else a blocking read until the next claim is due.
+    async fn take(&self, reader: &mut Reader, room: usize) -> Vec<Entry> {
+        let options = &self.link.streams;
+        let taken = if Instant::now() >= reader.next_claim {
+            let claimed = claim(self, &mut reader.cursor).await;
+            if reader.cursor == "0-0" || claimed.is_err() {
+                reader.next_claim = Instant::now() + options.claim_interval();
             }
             claimed
         } else {
-            let room = to_settle.capacity().clamp(1, options.read_batch.max(1));
-            let block = next_claim
+            let block = reader
+                .next_claim
                 .saturating_duration_since(Instant::now())
                 .min(options.block)
                 .max(Duration::from_millis(1));
-            tokio::select! {
-                biased;
-                _ = link.stop_imports.cancelled() => break 'read,
-                r = read(&import, &reads, room, block) => r,
-            }
+            read(
+                self,
+                &reader.reads,
+                room.clamp(1, options.read_batch.max(1)),
+                block,
+            )
+            .await
         };
-        let entries = match taken {
+        match taken {
             Ok(entries) => {
-                retry = Duration::from_millis(50);
+                reader.retry = Duration::from_millis(50);
                 entries
             }
             Err(e) => {
-                add(&link.counters.import_errors);
+                add(&self.link.counters.import_errors);
                 if e.code() == Some("NOGROUP") {
                     // The stream or group is gone (deleted, or a server restarted without
                     // persistence): make them again and go on from there.
-                    tracing::warn!(topic = %import.topic, "ringbus-redis: the consumer group is gone; creating it again");
-                    if let Err(e) = create_group(link, &import.key, &import.group).await {
-                        tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: cannot create the consumer group");
+                    tracing::warn!(topic = %self.topic, "ringbus-redis: the consumer group is gone; creating it again");
+                    if let Err(e) = create_group(&self.link, &self.key, &self.group).await {
+                        tracing::warn!(topic = %self.topic, error = %e, "ringbus-redis: cannot create the consumer group");
                     }
                 } else {
-                    tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: reading the stream failed; retrying");
+                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-redis: reading the stream failed; retrying");
                 }
-                tokio::select! {
-                    _ = link.stop_imports.cancelled() => break 'read,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        let mut entries = entries.into_iter();
-        while let Some(entry) = entries.next() {
-            let permit = tokio::select! {
-                biased;
-                _ = link.stop_imports.cancelled() => None,
-                p = to_settle.reserve() => p.ok(),
-            };
-            let Some(permit) = permit else {
-                // Stopping: what this batch still holds goes back at once, for any consumer.
-                for rest in std::iter::once(entry).chain(entries) {
-                    give_back(&import, &rest.id, Duration::ZERO).await;
-                }
-                break 'read;
-            };
-            if !hand_over(&import, &local, &codec, &mut window, entry, permit).await {
-                break 'read;
+                tokio::time::sleep(reader.retry).await;
+                reader.retry = (reader.retry * 2).min(Duration::from_secs(1));
+                Vec::new()
             }
         }
     }
-    // Stop reading (the blocking read was dropped above), then settle what is held.
-    drop(to_settle);
-    let _ = settler.await;
-    leave_if_idle(&import).await;
+
+    fn origin<'m>(&self, entry: &'m Entry) -> Option<&'m str> {
+        origin(&entry.fields)
+    }
+
+    fn message_id<'m>(&self, entry: &'m Entry) -> Option<&'m str> {
+        message_id(&entry.fields)
+    }
+
+    fn key(&self, entry: &Entry) -> Option<EntryId> {
+        entry_id(&entry.id)
+    }
+
+    fn deliveries(&self, entry: &Entry) -> u64 {
+        entry.deliveries
+    }
+
+    fn is_last(&self, entry: &Entry) -> bool {
+        entry.deliveries >= u64::from(self.link.streams.max_deliver.max(1))
+    }
+
+    fn delivered_too_often(&self, entry: &Entry) -> Option<String> {
+        let max_deliver = u64::from(self.link.streams.max_deliver.max(1));
+        (entry.deliveries > max_deliver).then(|| {
+            format!(
+                "delivered {} times, more than max_deliver ({max_deliver}): its consumers died \
+                 or stalled while handling it",
+                entry.deliveries
+            )
+        })
+    }
+
+    fn decode<T, C: Codec<T>>(&self, codec: &C, entry: &Entry) -> Result<T, String> {
+        decode(
+            codec,
+            &self.topic,
+            &entry.fields,
+            self.link.max_message_bytes,
+        )
+        .map_err(|reason| format!("entry {}: {reason}", entry.id))
+    }
+
+    /// The settler needs the fields only to dead-letter the entry: freed here, on the task
+    /// that made them (a free on the settler's worker is a cross-thread free), and read back
+    /// in the rare case of a dead letter (`with_fields`).
+    fn keep(&self, mut entry: Entry) -> Entry {
+        drop(std::mem::take(&mut entry.fields));
+        entry
+    }
+
+    /// One `XACK` for them all.
+    async fn ack(&self, entries: &[Entry]) -> bool {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(&self.key).arg(&self.group);
+        for entry in entries {
+            cmd.arg(&entry.id);
+        }
+        settle_cmd(self, "XACK", Settling::Cmd(&cmd)).await
+    }
+
+    async fn give_back(&self, entry: &Entry, when: Redeliver) -> bool {
+        let delay = match when {
+            Redeliver::Now => Duration::ZERO,
+            Redeliver::Later => self.link.streams.nack_delay,
+        };
+        give_back(self, &entry.id, delay).await
+    }
+
+    async fn dead_letter(&self, entry: &Entry, reason: &str) -> bool {
+        // Not read back: it stays pending, to be claimed, handled again and settled.
+        match with_fields(self, entry).await {
+            Some(entry) => dead_letter(self, &entry, reason).await,
+            None => false,
+        }
+    }
+
+    async fn finish(&self) {
+        leave_if_idle(self).await;
+    }
 }
 
 /// New entries for this consumer, waiting up to `block` for some.
@@ -405,166 +455,6 @@ async fn claim(import: &Import, cursor: &mut String) -> Result<Vec<Entry>, redis
         .collect())
 }
 
-/// Decides what to do with one entry, and hands it to the bus if it is to be handled. False
-/// when the import must stop (the bus is closed).
-async fn hand_over<T, C>(
-    import: &Import,
-    local: &Topic<T>,
-    codec: &C,
-    window: &mut Window,
-    entry: Entry,
-    permit: mpsc::Permit<'_, (Delivery, Entry)>,
-) -> bool
-where
-    T: Send + Sync + 'static,
-    C: Codec<T>,
-{
-    let link = &import.link;
-    if origin(&entry.fields) == Some(link.id.as_str()) {
-        // Our own export, back from the stream: not for us.
-        add(&link.counters.echo_skipped);
-        ack(import, &entry.id).await;
-        return true;
-    }
-    let max_deliver = u64::from(link.streams.max_deliver.max(1));
-    if entry.deliveries > max_deliver {
-        let reason = format!(
-            "delivered {} times, more than max_deliver ({max_deliver}): its consumers died or \
-             stalled while handling it",
-            entry.deliveries
-        );
-        dead_letter(import, &entry, &reason).await;
-        return true;
-    }
-    let msg = match decode(codec, local.name(), &entry.fields, link.max_message_bytes) {
-        Ok(msg) => msg,
-        Err(reason) => {
-            add(&link.counters.bad_input);
-            tracing::warn!(topic = %import.topic, entry = %entry.id, reason = %reason, "ringbus-redis: refused a stream entry");
-            dead_letter(import, &entry, &reason.to_string()).await;
-            return true;
-        }
-    };
-    let message = window.tracked(&entry.fields);
-    if let Some(message) = &message {
-        if window.is_duplicate(message, &entry.id) {
-            add(&link.counters.duplicates);
-            tracing::debug!(topic = %import.topic, id = %message, "ringbus-redis: dropped a duplicate");
-            ack(import, &entry.id).await;
-            return true;
-        }
-    }
-    // Not cancelled by the close: a message read from Redis is handed over.
-    match local.publish_tracked(&Context::new(), msg).await {
-        Ok(delivery) => {
-            add(&link.counters.imported);
-            if let Some(message) = &message {
-                window.remember(message, &entry.id);
-            }
-            link.held.fetch_add(1, Ordering::Relaxed);
-            // The settler needs the fields only to dead-letter the entry: freed here, on the
-            // task that made them (a free on the settler's worker is a cross-thread free),
-            // and read back in the rare case of a dead letter (`with_fields`).
-            let mut entry = entry;
-            drop(std::mem::take(&mut entry.fields));
-            permit.send((delivery, entry));
-            true
-        }
-        Err(PublishError::Closed(_)) => {
-            // The bus is closing: give it back for another consumer, at once.
-            give_back(import, &entry.id, Duration::ZERO).await;
-            false
-        }
-        Err(e) => {
-            tracing::warn!(topic = %import.topic, error = %e, "ringbus-redis: the local bus refused an import");
-            give_back(import, &entry.id, link.streams.nack_delay).await;
-            true
-        }
-    }
-}
-
-/// The most entries one `XACK` acknowledges.
-const ACK_BATCH: usize = 256;
-
-/// Settles held imports in the order they were handed to the bus. The entries handled
-/// without a failure are acknowledged together, with one `XACK`, whenever the settler would
-/// otherwise wait (the channel is empty, or the next receipt is not done yet), before a
-/// failure is settled, and every [`ACK_BATCH`] entries: never before every local subscriber
-/// handled them (one `XACK` per entry made the import a round trip per message).
-async fn settle_in_order(import: Arc<Import>, mut held: mpsc::Receiver<(Delivery, Entry)>) {
-    let mut handled: Vec<String> = Vec::new();
-    while let Some(first) = held.recv().await {
-        let mut next = Some(first);
-        while let Some((delivery, entry)) = next.take() {
-            let outcome = match delivery.try_outcome() {
-                Some(outcome) => outcome,
-                None => {
-                    ack_all(&import, &mut handled).await;
-                    delivery.wait().await
-                }
-            };
-            if outcome.is_ok() {
-                handled.push(entry.id);
-                if handled.len() >= ACK_BATCH {
-                    ack_all(&import, &mut handled).await;
-                }
-            } else {
-                ack_all(&import, &mut handled).await;
-                settle(&import, &entry, outcome).await;
-                import.link.held.fetch_sub(1, Ordering::Relaxed);
-            }
-            next = held.try_recv().ok();
-        }
-        ack_all(&import, &mut handled).await;
-    }
-}
-
-/// Acknowledges `entries` (all handled by every local subscriber) with one `XACK`, and
-/// empties the list.
-async fn ack_all(import: &Import, entries: &mut Vec<String>) {
-    if entries.is_empty() {
-        return;
-    }
-    let mut cmd = redis::cmd("XACK");
-    cmd.arg(&import.key).arg(&import.group).arg(&entries[..]);
-    let n = entries.len() as u64;
-    if settle_cmd(import, "XACK", Settling::Cmd(&cmd)).await {
-        import.link.counters.acked.fetch_add(n, Ordering::Relaxed);
-    }
-    import.link.held.fetch_sub(n, Ordering::Relaxed);
-    entries.clear();
-}
-
-/// Acks, gives back or dead-letters one import after the local subscribers handled it (see
-/// `Settlement`: a handler that gave up dead-letters it, one that never got it gives it back).
-async fn settle(import: &Import, entry: &Entry, outcome: Delivered) {
-    let link = &import.link;
-    let last = entry.deliveries >= u64::from(link.streams.max_deliver.max(1));
-    let reason = match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
-        Settlement::Ack => {
-            if ack(import, &entry.id).await {
-                add(&link.counters.acked);
-            }
-            return;
-        }
-        Settlement::DeadLetter(why) => format!("{why} on delivery {}", entry.deliveries),
-        Settlement::Redeliver(why) if last => {
-            format!("{why} on delivery {} (the last allowed)", entry.deliveries)
-        }
-        Settlement::Redeliver(why) => {
-            tracing::debug!(topic = %import.topic, deliveries = entry.deliveries, reason = %why, "ringbus-redis: a subscriber did not handle a message; delivering again later");
-            if give_back(import, &entry.id, link.streams.nack_delay).await {
-                add(&link.counters.nacked);
-            }
-            return;
-        }
-    };
-    // Not read back: it stays pending, to be claimed, handled again and settled.
-    if let Some(entry) = with_fields(import, entry).await {
-        dead_letter(import, &entry, &reason).await;
-    }
-}
-
 /// `entry` with its fields, read back from the stream (the import freed them: see
 /// `hand_over`). `None` (logged) if they could not be read: the entry then stays pending.
 async fn with_fields(import: &Import, entry: &Entry) -> Option<Entry> {
@@ -628,13 +518,6 @@ enum Settling<'a> {
     Pipe(&'a redis::Pipeline),
 }
 
-/// XACK.
-async fn ack(import: &Import, entry: &str) -> bool {
-    let mut cmd = redis::cmd("XACK");
-    cmd.arg(&import.key).arg(&import.group).arg(entry);
-    settle_cmd(import, "XACK", Settling::Cmd(&cmd)).await
-}
-
 /// Keeps the entry pending but makes it look idle, so a claim takes it after `delay`.
 async fn give_back(import: &Import, entry: &str, delay: Duration) -> bool {
     let link = &import.link;
@@ -652,8 +535,8 @@ async fn give_back(import: &Import, entry: &str, delay: Duration) -> bool {
 }
 
 /// Copies the entry to the dead-letter stream, with `reason`, and acknowledges it, in one
-/// transaction. Not stored: it stays pending, to be claimed and dead-lettered again.
-async fn dead_letter(import: &Import, entry: &Entry, reason: &str) {
+/// transaction. Not stored (false): it stays pending, to be claimed and dead-lettered again.
+async fn dead_letter(import: &Import, entry: &Entry, reason: &str) -> bool {
     let link = &import.link;
     let mut fields: Vec<(String, Vec<u8>)> = entry
         .fields
@@ -678,11 +561,7 @@ async fn dead_letter(import: &Import, entry: &Entry, reason: &str) {
         .arg(&import.group)
         .arg(&entry.id)
         .ignore();
-    let id = message_id(&entry.fields);
-    if settle_cmd(import, "dead-lettering", Settling::Pipe(&pipe)).await {
-        add(&link.counters.dead_lettered);
-        tracing::warn!(topic = %import.topic, id = ?id, stream = %dead_key, reason, "ringbus-redis: message dead-lettered");
-    }
+    settle_cmd(import, "dead-lettering", Settling::Pipe(&pipe)).await
 }
 
 /// Leaves the group if this consumer holds nothing in it: a link that closed cleanly leaves
@@ -722,38 +601,9 @@ fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use redis::Value;
 
-    use super::{read_reply, Fields, Window};
-
-    #[test]
-    fn the_window_drops_other_entries_with_a_seen_id_and_forgets_the_oldest() {
-        let id = |s: &str| -> Arc<str> { Arc::from(s) };
-        let mut w = Window::new(2);
-        w.remember(&id("a"), "1-0");
-        assert!(
-            !w.is_duplicate("a", "1-0"),
-            "a redelivery of one entry is not a duplicate"
-        );
-        assert!(w.is_duplicate("a", "2-0"));
-        w.remember(&id("b"), "3-0");
-        w.remember(&id("c"), "4-0");
-        assert!(!w.is_duplicate("a", "5-0"), "forgotten past the capacity");
-        assert!(w.is_duplicate("c", "6-0"));
-        let mut off = Window::new(0);
-        off.remember(&id("a"), "1-0");
-        assert!(!off.is_duplicate("a", "2-0"));
-        let fields: Fields = [(
-            ringbus_link::names::ID.to_string(),
-            Value::BulkString(b"m".to_vec()),
-        )]
-        .into_iter()
-        .collect();
-        assert_eq!(w.tracked(&fields).as_deref(), Some("m"));
-        assert_eq!(off.tracked(&fields), None, "no id copied with dedup off");
-    }
+    use super::read_reply;
 
     #[test]
     fn a_read_reply_is_walked_in_either_shape_and_a_bad_one_is_an_error() {

@@ -1,0 +1,488 @@
+//! For engines: an at-least-once import, written once (feature `engine`).
+//!
+//! An engine says how to take messages from its broker and how to settle them ([`Inbound`]);
+//! [`run`] does the rest, the same on every engine:
+//!
+//! - **Take**, at most `max_in_flight` messages held at a time: room for one more is
+//!   reserved before the broker is asked for more, so a slow bus holds the broker back
+//!   instead of piling messages up in memory.
+//! - **Hand over**, each message in the order taken: this link's own export is acknowledged
+//!   and skipped (echo); a message delivered past what the broker allows, or that does not
+//!   decode, is dead-lettered; one whose id this import handed over recently, in another
+//!   broker message, is acknowledged and dropped (the dedup window); any other is published
+//!   into the local topic with a delivery receipt, through the bus's backpressure.
+//! - **Settle**, in the order handed over, once every local subscriber has handled the
+//!   message, as [`Settlement`] says: acknowledged (the acks of consecutive handled messages
+//!   go together), dead-lettered at once when a handler gave up on it, given back for a later
+//!   delivery when a subscriber ended before handling it (dead-lettered at the last delivery
+//!   the broker allows).
+//! - **Stop** when the link stops its imports: what was taken and not handed over is given
+//!   back at once; what is held is settled; then [`Inbound::finish`].
+//!
+//! Invariant: a message is acknowledged only after every local subscriber present at its
+//! publish has handled it, or after the broker stored its dead letter, or when it needs no
+//! handling (an echo, a duplicate). Anything else is given back, or left to the broker's own
+//! redelivery: a message can be handled twice, never lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ringbus::{Context, Delivery, PublishError, Topic};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::engine::Settlement;
+use crate::Codec;
+
+/// What an import counts, in the engine's own `LinkStats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// Messages handed to the local bus.
+    Imported,
+    /// Messages acknowledged after every local subscriber handled them.
+    Acked,
+    /// Messages given back for a later delivery.
+    Nacked,
+    /// Messages whose dead letter the broker stored.
+    DeadLettered,
+    /// This link's own exports, skipped.
+    EchoSkipped,
+    /// Messages that did not decode (or were too large, or for another topic).
+    BadInput,
+    /// Messages dropped as a second copy of one already handed over.
+    Duplicates,
+}
+
+/// Whether a message given back is delivered again at once or after the engine's delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redeliver {
+    /// At once, to any consumer: the import is stopping, or never handed it over.
+    Now,
+    /// After the engine's `nack_delay`: a subscriber ended before handling it, or the bus
+    /// refused it.
+    Later,
+}
+
+/// One engine's at-least-once import of one topic: how messages are taken from the broker,
+/// read, and settled. [`run`] drives it.
+///
+/// Shared by the task that takes messages and the one that settles them, so every method
+/// takes `&self`; what only the taking side changes (a cursor, a stream of pulls) is the
+/// engine's [`Reader`](Self::Reader).
+pub trait Inbound: Send + Sync + Sized + 'static {
+    /// One message as the broker delivered it, with what settling it needs.
+    type Message: Send + Sync + 'static;
+    /// What tells two broker messages apart (a stream entry id, a stream sequence): a
+    /// message whose id was handed over in another broker message is a duplicate; a
+    /// redelivery of the same broker message is not.
+    type Key: Clone + Eq + Hash + Send + Sync + 'static;
+    /// The state of the taking side.
+    type Reader: Send + 'static;
+
+    /// The engine's name, which starts its log lines: `"ringbus-redis"`.
+    const ENGINE: &'static str;
+
+    /// What the import reads of its link.
+    fn shared(&self) -> Shared<'_>;
+    /// Counts `n` of `what` in the link's stats.
+    fn count(&self, what: Count, n: u64);
+    /// Messages handed over and not yet settled, at most.
+    fn max_in_flight(&self) -> usize;
+    /// Message ids remembered for the dedup window; 0 turns it off.
+    fn dedup_window(&self) -> usize;
+
+    /// Up to `room` messages (at least one room), waiting a bounded time for some; empty
+    /// when none came. Errors are the engine's to log, count and back off from. Cancel safe:
+    /// [`run`] drops it when the link stops, and a message it took is then the broker's to
+    /// deliver again.
+    fn take<'a>(
+        &'a self,
+        reader: &'a mut Self::Reader,
+        room: usize,
+    ) -> impl Future<Output = Vec<Self::Message>> + Send + 'a;
+
+    /// The exporting link's id, if the message names one.
+    fn origin<'m>(&self, message: &'m Self::Message) -> Option<&'m str>;
+    /// The message id, if it has one.
+    fn message_id<'m>(&self, message: &'m Self::Message) -> Option<&'m str>;
+    /// The broker's own identity of this message, if the dedup window may use it.
+    fn key(&self, message: &Self::Message) -> Option<Self::Key>;
+    /// The delivery this is: 1 for the first.
+    fn deliveries(&self, message: &Self::Message) -> u64;
+    /// Whether the broker delivers it no more after this delivery (a failure must then
+    /// dead-letter it, not give it back).
+    fn is_last(&self, message: &Self::Message) -> bool;
+    /// Why the message must be dead-lettered unhandled, if it was delivered more times than
+    /// allowed (its consumers died or stalled while handling it). `None` where the broker
+    /// enforces that itself.
+    fn delivered_too_often(&self, message: &Self::Message) -> Option<String> {
+        let _ = message;
+        None
+    }
+    /// The message decoded for the local topic, or why it cannot be (logged without the
+    /// body, and the message dead-lettered).
+    fn decode<T, C: Codec<T>>(&self, codec: &C, message: &Self::Message) -> Result<T, String>;
+    /// The context to publish it with (a trace parent it carries).
+    fn context(&self, message: &Self::Message) -> Context {
+        let _ = message;
+        Context::new()
+    }
+    /// The message as the settler keeps it (an engine may free what settling does not need,
+    /// here, on the task that made it).
+    fn keep(&self, message: Self::Message) -> Self::Message {
+        message
+    }
+
+    /// Acknowledges `messages` (each handled, or needing no handling). False (logged and
+    /// counted by the engine) if the broker was not told: they will be delivered again.
+    fn ack(&self, messages: &[Self::Message]) -> impl Future<Output = bool> + Send;
+    /// Gives `message` back, to be delivered again as `when` says. False if it could not be.
+    fn give_back(
+        &self,
+        message: &Self::Message,
+        when: Redeliver,
+    ) -> impl Future<Output = bool> + Send;
+    /// Stores a copy of `message` with `reason` where the engine keeps dead letters, and
+    /// settles it so it is not delivered again. False if the copy was not stored (the
+    /// message is then left to be delivered again).
+    fn dead_letter(
+        &self,
+        message: &Self::Message,
+        reason: &str,
+    ) -> impl Future<Output = bool> + Send;
+    /// Runs once the import stopped and settled what it held (leaving a consumer group).
+    fn finish(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// What an import reads of its link ([`Inbound::shared`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Shared<'a> {
+    /// The local topic's name.
+    pub topic: &'a str,
+    /// This link's id, which its own exports carry as their origin.
+    pub link_id: &'a str,
+    /// The messages of the whole link handed to its bus and not yet settled (for the close
+    /// report).
+    pub held: &'a AtomicU64,
+    /// Cancelled when the link stops its imports.
+    pub stop: &'a CancellationToken,
+}
+
+/// The most messages one [`Inbound::ack`] acknowledges.
+pub const ACK_BATCH: usize = 256;
+
+/// Spawns the import of `inbound` into `local`: it takes, hands over and settles until the
+/// link stops its imports, then settles what it holds.
+pub fn spawn<I, T, C>(inbound: I, reader: I::Reader, local: Topic<T>, codec: C) -> JoinHandle<()>
+where
+    I: Inbound,
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    tokio::spawn(run(Arc::new(inbound), reader, local, codec))
+}
+
+/// The import task: see the module's documentation.
+async fn run<I, T, C>(inbound: Arc<I>, mut reader: I::Reader, local: Topic<T>, codec: C)
+where
+    I: Inbound,
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let (to_settle, held) = mpsc::channel(inbound.max_in_flight().clamp(1, Semaphore::MAX_PERMITS));
+    // Aborted with this task if a cut close aborts it.
+    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(inbound.clone(), held)));
+    let mut window = Window::new(inbound.dedup_window());
+    'take: while !inbound.shared().stop.is_cancelled() {
+        // Room for one more held message before the broker is asked for more.
+        let room = tokio::select! {
+            biased;
+            () = inbound.shared().stop.cancelled() => break 'take,
+            permit = to_settle.reserve() => match permit {
+                Ok(permit) => {
+                    drop(permit);
+                    to_settle.capacity().max(1)
+                }
+                Err(_) => break 'take,
+            },
+        };
+        let taken = tokio::select! {
+            biased;
+            () = inbound.shared().stop.cancelled() => break 'take,
+            taken = inbound.take(&mut reader, room) => taken,
+        };
+        let mut taken = taken.into_iter();
+        while let Some(message) = taken.next() {
+            let permit = tokio::select! {
+                biased;
+                () = inbound.shared().stop.cancelled() => None,
+                permit = to_settle.reserve() => permit.ok(),
+            };
+            let Some(permit) = permit else {
+                // Stopping: what was taken and not handed over goes back at once.
+                for rest in std::iter::once(message).chain(taken) {
+                    inbound.give_back(&rest, Redeliver::Now).await;
+                }
+                break 'take;
+            };
+            match hand_over(&*inbound, &local, &codec, &mut window, message).await {
+                HandedOver::Held(delivery, message) => {
+                    permit.send((delivery, message));
+                }
+                HandedOver::Settled => {}
+                HandedOver::BusClosed => {
+                    for rest in taken {
+                        inbound.give_back(&rest, Redeliver::Now).await;
+                    }
+                    break 'take;
+                }
+            }
+        }
+    }
+    drop(to_settle);
+    let _ = settler.await;
+    inbound.finish().await;
+}
+
+/// What became of one message taken from the broker.
+enum HandedOver<M> {
+    /// Published into the bus: the settler settles it once its receipt resolves.
+    Held(Delivery, M),
+    /// Settled at once (an echo, a duplicate, a dead letter, a refusal).
+    Settled,
+    /// The bus is closed: the message went back, and the import stops.
+    BusClosed,
+}
+
+/// Decides what to do with one message, and hands it to the bus if it is to be handled.
+async fn hand_over<I, T, C>(
+    inbound: &I,
+    local: &Topic<T>,
+    codec: &C,
+    window: &mut Window<I::Key>,
+    message: I::Message,
+) -> HandedOver<I::Message>
+where
+    I: Inbound,
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    if inbound.origin(&message) == Some(inbound.shared().link_id) {
+        // Our own export, back from the broker: not for us.
+        inbound.count(Count::EchoSkipped, 1);
+        inbound.ack(std::slice::from_ref(&message)).await;
+        return HandedOver::Settled;
+    }
+    if let Some(reason) = inbound.delivered_too_often(&message) {
+        dead_letter(inbound, &message, &reason).await;
+        return HandedOver::Settled;
+    }
+    let msg = match inbound.decode(codec, &message) {
+        Ok(msg) => msg,
+        Err(reason) => {
+            inbound.count(Count::BadInput, 1);
+            tracing::warn!(topic = %inbound.shared().topic, reason = %reason, "{}: refused a message", I::ENGINE);
+            dead_letter(inbound, &message, &reason).await;
+            return HandedOver::Settled;
+        }
+    };
+    let tracked = window
+        .tracks()
+        .then(|| Some((inbound.message_id(&message)?, inbound.key(&message)?)))
+        .flatten();
+    if let Some((id, key)) = &tracked {
+        if window.is_duplicate(id, key) {
+            inbound.count(Count::Duplicates, 1);
+            tracing::debug!(topic = %inbound.shared().topic, id = %id, "{}: dropped a duplicate", I::ENGINE);
+            inbound.ack(std::slice::from_ref(&message)).await;
+            return HandedOver::Settled;
+        }
+    }
+    let tracked = tracked.map(|(id, key)| (Arc::<str>::from(id), key));
+    // Not cancelled by the close: a message taken from the broker is handed over.
+    match local.publish_tracked(&inbound.context(&message), msg).await {
+        Ok(delivery) => {
+            inbound.count(Count::Imported, 1);
+            if let Some((id, key)) = tracked {
+                window.remember(id, key);
+            }
+            inbound.shared().held.fetch_add(1, Ordering::Relaxed);
+            HandedOver::Held(delivery, inbound.keep(message))
+        }
+        Err(PublishError::Closed(_)) => {
+            inbound.give_back(&message, Redeliver::Now).await;
+            HandedOver::BusClosed
+        }
+        Err(e) => {
+            tracing::warn!(topic = %inbound.shared().topic, error = %e, "{}: the local bus refused an import", I::ENGINE);
+            redeliver(inbound, &message, &format!("the local bus refused it: {e}")).await;
+            HandedOver::Settled
+        }
+    }
+}
+
+/// Settles held imports in the order they were handed to the bus. The messages handled
+/// without a failure are acknowledged together whenever the settler would otherwise wait
+/// (the channel is empty, or the next receipt is not done yet), before any other settling,
+/// and every [`ACK_BATCH`] messages: never before every local subscriber handled them.
+async fn settle_in_order<I: Inbound>(
+    inbound: Arc<I>,
+    mut held: mpsc::Receiver<(Delivery, I::Message)>,
+) {
+    let inbound = &*inbound;
+    let mut handled = Vec::new();
+    while let Some(first) = held.recv().await {
+        let mut next = Some(first);
+        while let Some((delivery, message)) = next.take() {
+            let outcome = match delivery.try_outcome() {
+                Some(outcome) => outcome,
+                None => {
+                    ack_all(inbound, &mut handled).await;
+                    delivery.wait().await
+                }
+            };
+            match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
+                Settlement::Ack => {
+                    handled.push(message);
+                    if handled.len() >= ACK_BATCH {
+                        ack_all(inbound, &mut handled).await;
+                    }
+                }
+                Settlement::DeadLetter(why) => {
+                    ack_all(inbound, &mut handled).await;
+                    let reason = format!("{why} on delivery {}", inbound.deliveries(&message));
+                    dead_letter(inbound, &message, &reason).await;
+                    inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+                }
+                Settlement::Redeliver(why) => {
+                    ack_all(inbound, &mut handled).await;
+                    redeliver(inbound, &message, &why).await;
+                    inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            next = held.try_recv().ok();
+        }
+        ack_all(inbound, &mut handled).await;
+    }
+}
+
+/// Acknowledges `handled` (each handled by every local subscriber) and empties it.
+async fn ack_all<I: Inbound>(inbound: &I, handled: &mut Vec<I::Message>) {
+    if handled.is_empty() {
+        return;
+    }
+    let n = handled.len() as u64;
+    if inbound.ack(handled).await {
+        inbound.count(Count::Acked, n);
+    }
+    inbound.shared().held.fetch_sub(n, Ordering::Relaxed);
+    handled.clear();
+}
+
+/// A message some subscriber did not handle (`why`): given back for a later delivery, or
+/// dead-lettered if this was the last the broker allows.
+async fn redeliver<I: Inbound>(inbound: &I, message: &I::Message, why: &str) {
+    let deliveries = inbound.deliveries(message);
+    if inbound.is_last(message) {
+        let reason = format!("{why} on delivery {deliveries} (the last allowed)");
+        dead_letter(inbound, message, &reason).await;
+        return;
+    }
+    tracing::debug!(topic = %inbound.shared().topic, deliveries, reason = why, "{}: a message was not handled; delivering it again later", I::ENGINE);
+    if inbound.give_back(message, Redeliver::Later).await {
+        inbound.count(Count::Nacked, 1);
+    }
+}
+
+/// Dead-letters `message`, counting it once the broker stored the copy.
+async fn dead_letter<I: Inbound>(inbound: &I, message: &I::Message, reason: &str) {
+    if inbound.dead_letter(message, reason).await {
+        inbound.count(Count::DeadLettered, 1);
+        tracing::warn!(topic = %inbound.shared().topic, id = ?inbound.message_id(message), reason, "{}: message dead-lettered", I::ENGINE);
+    }
+}
+
+/// The message ids handed to the bus recently, each with the broker message that carried
+/// it: a second broker message with one of them is a duplicate (a redelivery of the same
+/// broker message is not). One shared copy of each message id.
+struct Window<K> {
+    capacity: usize,
+    order: VecDeque<Arc<str>>,
+    carried: HashMap<Arc<str>, K>,
+}
+
+impl<K: Clone + Eq + Hash> Window<K> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            order: VecDeque::new(),
+            carried: HashMap::new(),
+        }
+    }
+
+    /// Whether it remembers anything (`dedup_window` above 0): off, no id is copied.
+    fn tracks(&self) -> bool {
+        self.capacity > 0
+    }
+
+    fn is_duplicate(&self, id: &str, key: &K) -> bool {
+        self.carried.get(id).is_some_and(|carrier| carrier != key)
+    }
+
+    fn remember(&mut self, id: Arc<str>, key: K) {
+        if self.capacity == 0 || self.carried.contains_key(&id) {
+            return;
+        }
+        self.carried.insert(id.clone(), key);
+        self.order.push_back(id);
+        if self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.carried.remove(&oldest);
+            }
+        }
+    }
+}
+
+impl<K> fmt::Debug for Window<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Window")
+            .field("capacity", &self.capacity)
+            .field("remembered", &self.order.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Window;
+
+    #[test]
+    fn the_window_drops_other_carriers_of_a_seen_id_and_forgets_the_oldest() {
+        let id = |s: &str| -> Arc<str> { Arc::from(s) };
+        let mut w = Window::new(2);
+        w.remember(id("a"), 1);
+        assert!(
+            !w.is_duplicate("a", &1),
+            "a redelivery of one broker message is not a duplicate"
+        );
+        assert!(w.is_duplicate("a", &2));
+        w.remember(id("b"), 3);
+        w.remember(id("c"), 4);
+        assert!(!w.is_duplicate("a", &5), "forgotten past the capacity");
+        assert!(w.is_duplicate("c", &6));
+        let mut off = Window::new(0);
+        assert!(!off.tracks());
+        off.remember(id("a"), 1);
+        assert!(!off.is_duplicate("a", &2));
+    }
+}
