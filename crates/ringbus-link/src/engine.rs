@@ -9,6 +9,9 @@
 //! - [`Tasks`]: a link's running imports and exports (of the engine's [`Export`] type), and
 //!   the first steps of its `close`: settle the imports, then flush the exports, within one
 //!   deadline.
+//! - [`Runtime`]: what every link keeps beside its connection: the signal that stops its
+//!   imports, the count of what they hold, its claims and its tasks; [`log_close`], the
+//!   line a close ends with.
 //!
 //! An engine keeps its own public types (its `Link`, `LinkError`, close report): these
 //! items give it what goes into them, never a type of its public API.
@@ -22,6 +25,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::LONGEST_WAIT;
 
@@ -272,6 +276,116 @@ impl<E> fmt::Debug for Tasks<E> {
             .field("imports", &lists.0.len())
             .field("exports", &lists.1.len())
             .finish()
+    }
+}
+
+/// What every link keeps beside its connection, the same for every engine.
+///
+/// `stop_imports` is cancelled once, by `close` (or when the link is dropped); `held` is a
+/// relaxed count for the close report; the claims and tasks are each under their own mutex.
+pub struct Runtime<E> {
+    /// Cancelled first by `close` (or when the link is dropped): imports stop taking
+    /// messages, and no topic can be linked any more.
+    pub stop_imports: CancellationToken,
+    /// Imports handed to the bus and not yet settled.
+    pub held: AtomicU64,
+    claims: Claims,
+    tasks: Tasks<E>,
+}
+
+/// Why a topic cannot be linked: each engine's `LinkError` has a variant for each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The link is closed (or closing).
+    Closed,
+    /// The topic is already linked in that direction by this link.
+    AlreadyLinked {
+        /// The topic.
+        topic: String,
+        /// `"export"` or `"import"`.
+        direction: &'static str,
+    },
+}
+
+impl<E: Export> Runtime<E> {
+    /// Nothing linked, nothing running.
+    pub fn new() -> Self {
+        Self {
+            stop_imports: CancellationToken::new(),
+            held: AtomicU64::new(0),
+            claims: Claims::new(),
+            tasks: Tasks::new(),
+        }
+    }
+
+    /// Records `topic` as linked in `direction`, or says why it cannot be. The claim is given
+    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
+    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
+    pub fn claim(&self, topic: &str, direction: &'static str) -> Result<Claim<'_>, Refused> {
+        if self.stop_imports.is_cancelled() {
+            return Err(Refused::Closed);
+        }
+        self.claims
+            .claim(topic, direction)
+            .ok_or_else(|| Refused::AlreadyLinked {
+                topic: topic.to_string(),
+                direction,
+            })
+    }
+
+    /// Keeps a started import for `close`.
+    pub fn push_import(&self, task: ImportTask) {
+        self.tasks.push_import(task);
+    }
+
+    /// Keeps a started export for `close`.
+    pub fn push_export(&self, task: E) {
+        self.tasks.push_export(task);
+    }
+
+    /// The first steps of a close: stops the imports, then [settles and
+    /// flushes](Tasks::settle_and_flush) within `deadline`.
+    pub async fn stop_and_settle(&self, deadline: Instant) -> Settled {
+        self.stop_imports.cancel();
+        self.tasks.settle_and_flush(&self.held, deadline).await
+    }
+}
+
+impl<E: Export> Default for Runtime<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E> fmt::Debug for Runtime<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("stopped", &self.stop_imports.is_cancelled())
+            .field("held", &self.held.load(Ordering::Relaxed))
+            .field("claims", &self.claims)
+            .field("tasks", &self.tasks)
+            .finish()
+    }
+}
+
+/// The line a close ends with: `info` when it completed, `warn` with what the deadline cut.
+pub fn log_close(
+    engine: &str,
+    link: &str,
+    elapsed: Duration,
+    cut_at: Option<&'static str>,
+    unsettled_imports: u64,
+    unacked_exports: u64,
+) {
+    match cut_at {
+        None => tracing::info!(link, ?elapsed, "{engine} link closed"),
+        Some(cut_at) => tracing::warn!(
+            link,
+            cut_at,
+            unsettled_imports,
+            unacked_exports,
+            "{engine} link close cut by its deadline"
+        ),
     }
 }
 

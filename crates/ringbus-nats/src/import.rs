@@ -186,7 +186,7 @@ async fn core_loop<T, C>(
     loop {
         let message = tokio::select! {
             biased;
-            _ = link.stop_imports.cancelled() => break,
+            _ = link.runtime.stop_imports.cancelled() => break,
             m = subscriber.next() => match m {
                 Some(m) => m,
                 None => break,
@@ -246,8 +246,8 @@ impl Inbound for JetStreamImport {
         Shared {
             topic: &self.topic,
             link_id: &self.link.id,
-            held: &self.link.held,
-            stop: &self.link.stop_imports,
+            held: &self.link.runtime.held,
+            stop: &self.link.runtime.stop_imports,
         }
     }
 

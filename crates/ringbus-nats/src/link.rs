@@ -1,14 +1,13 @@
 //! The link: one NATS connection that exports chosen local topics and imports others.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, Claim, Claims, Tasks};
+use ringbus_link::engine::{deadline_after, log_close, Claim, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::LONGEST_WAIT;
 use tokio::time::Instant;
@@ -200,10 +199,7 @@ impl LinkBuilder {
                 request_timeout: self.request_timeout,
                 counters,
                 closed,
-                stop_imports: CancellationToken::new(),
-                held: AtomicU64::new(0),
-                linked: Claims::new(),
-                tasks: Tasks::new(),
+                runtime: Runtime::new(),
                 stream_setup: tokio::sync::Mutex::new(()),
             }),
         })
@@ -305,15 +301,10 @@ pub(crate) struct LinkShared {
     pub(crate) counters: Arc<Counters>,
     /// Cancelled by the client's closed event.
     closed: CancellationToken,
-    /// Cancelled first by `close` (or when the `Link` is dropped): importers stop taking
-    /// messages from NATS, and no topic can be linked any more.
-    pub(crate) stop_imports: CancellationToken,
-    /// JetStream imports handed to the bus and not yet settled.
-    pub(crate) held: AtomicU64,
-    /// The topics linked, each way.
-    linked: Claims,
-    /// Its running imports and exports, stopped by `close`.
-    pub(crate) tasks: Tasks<export::ExportTask>,
+    /// Its imports' stop signal and held count (JetStream imports handed to the bus and not
+    /// yet settled), the topics linked each way, and its running imports and exports,
+    /// stopped by `close`.
+    pub(crate) runtime: Runtime<export::ExportTask>,
     /// Serialises stream setup within this link.
     stream_setup: tokio::sync::Mutex<()>,
 }
@@ -379,15 +370,7 @@ impl LinkShared {
         topic: &str,
         direction: &'static str,
     ) -> Result<Claim<'_>, LinkError> {
-        if self.stop_imports.is_cancelled() {
-            return Err(LinkError::Closed);
-        }
-        self.linked
-            .claim(topic, direction)
-            .ok_or_else(|| LinkError::AlreadyLinked {
-                topic: topic.to_string(),
-                direction,
-            })
+        Ok(self.runtime.claim(topic, direction)?)
     }
 }
 
@@ -482,7 +465,7 @@ impl Link {
         let claim = self.inner.claim(topic, "export")?;
         let task = export::start::<T, C>(&self.inner, topic, subject, mode, codec).await?;
         claim.keep();
-        self.inner.tasks.push_export(task);
+        self.inner.runtime.push_export(task);
         Ok(())
     }
 
@@ -594,7 +577,7 @@ impl Link {
         let task =
             import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await?;
         claim.keep();
-        self.inner.tasks.push_import(task);
+        self.inner.runtime.push_import(task);
         Ok(())
     }
 
@@ -660,10 +643,9 @@ impl Link {
         let started = Instant::now();
         let deadline = deadline_after(started, timeout);
         let link = &self.inner;
-        link.stop_imports.cancel();
         // 1. Imports: each task stops pulling and settles what it holds.
         // 2. Exports: unsubscribe (which hands over what is queued), then await the acks.
-        let settled = link.tasks.settle_and_flush(&link.held, deadline).await;
+        let settled = link.runtime.stop_and_settle(deadline).await;
         let mut cut_at = settled.cut_at;
         let (unsettled_imports, unacked_exports) =
             (settled.unsettled_imports, settled.unacked_exports);
@@ -699,24 +681,21 @@ impl Link {
             stats: link.counters.snapshot(),
             elapsed: started.elapsed(),
         };
-        if report.complete {
-            tracing::info!(link = %link.id, elapsed = ?report.elapsed, "ringbus-nats link closed");
-        } else {
-            tracing::warn!(
-                link = %link.id,
-                cut_at = ?report.cut_at,
-                unsettled_imports,
-                unacked_exports,
-                "ringbus-nats link close cut by its deadline"
-            );
-        }
+        log_close(
+            "ringbus-nats",
+            &link.id,
+            report.elapsed,
+            report.cut_at,
+            unsettled_imports,
+            unacked_exports,
+        );
         report
     }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.inner.stop_imports.cancel();
+        self.inner.runtime.stop_imports.cancel();
     }
 }
 

@@ -474,7 +474,7 @@ impl Link {
         let claims = claim_both_ways(&self.inner, topic)?;
         let task = export::<T, R, C>(&self.inner, topic, subject, codec).await?;
         keep(claims);
-        self.inner.tasks.push_export(task);
+        self.inner.runtime.push_export(task);
         Ok(())
     }
 
@@ -554,7 +554,7 @@ impl Link {
         let claims = claim_both_ways(&self.inner, topic)?;
         let task = import::<T, R, C>(&self.inner, topic, subject, &sharing, codec).await?;
         keep(claims);
-        self.inner.tasks.push_import(task);
+        self.inner.runtime.push_import(task);
         Ok(())
     }
 }
@@ -677,7 +677,7 @@ async fn serve<T, R, C>(
         tokio::select! {
             biased;
             Some(()) = answering.next(), if !answering.is_empty() => {}
-            _ = link.stop_imports.cancelled() => break,
+            _ = link.runtime.stop_imports.cancelled() => break,
             m = subscriber.next(), if answering.len() < IN_FLIGHT => match m {
                 Some(m) => answering.push(serve_one(&link, &local, &subject, &codec, m)),
                 None => break,

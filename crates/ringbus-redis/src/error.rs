@@ -126,6 +126,17 @@ impl std::error::Error for LinkError {
     }
 }
 
+impl From<ringbus_link::engine::Refused> for LinkError {
+    fn from(refused: ringbus_link::engine::Refused) -> Self {
+        match refused {
+            ringbus_link::engine::Refused::Closed => LinkError::Closed,
+            ringbus_link::engine::Refused::AlreadyLinked { topic, direction } => {
+                LinkError::AlreadyLinked { topic, direction }
+            }
+        }
+    }
+}
+
 impl From<ringbus::Error> for LinkError {
     fn from(e: ringbus::Error) -> Self {
         LinkError::Bus(e)

@@ -160,8 +160,8 @@ impl Inbound for Import {
         Shared {
             topic: &self.topic,
             link_id: &self.link.id,
-            held: &self.link.held,
-            stop: &self.link.stop_imports,
+            held: &self.link.runtime.held,
+            stop: &self.link.runtime.stop_imports,
         }
     }
 

@@ -2,17 +2,15 @@
 //! through consumer groups.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, Claim, Claims, Tasks};
+use ringbus_link::engine::{deadline_after, log_close, Claim, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::conn::Conn;
 use crate::error::{check_name, LinkError};
@@ -181,10 +179,7 @@ impl LinkBuilder {
                 connection_timeout: self.connection_timeout,
                 response_timeout: self.response_timeout,
                 counters,
-                stop_imports: CancellationToken::new(),
-                held: AtomicU64::new(0),
-                linked: Claims::new(),
-                tasks: Tasks::new(),
+                runtime: Runtime::new(),
             }),
         })
     }
@@ -236,9 +231,7 @@ pub(crate) fn redacted(url: &str) -> String {
 /// What every part of a link shares.
 ///
 /// Every field is set once by `connect` and then read only, except: `counters` (relaxed
-/// tallies), `held` (relaxed: a count for the close report, written by the settlers), `linked`
-/// and `tasks` (each under its own mutex: a set of names, lists of handles), and
-/// `stop_imports` (cancelled once by `close` or `Drop`).
+/// tallies) and `runtime` (see `ringbus_link::engine::Runtime`).
 pub(crate) struct LinkShared {
     /// This link's id: the origin field of its exports.
     pub(crate) id: String,
@@ -255,15 +248,9 @@ pub(crate) struct LinkShared {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
-    /// Cancelled first by `close` (or when the `Link` is dropped): imports stop reading, and
-    /// no topic can be linked any more.
-    pub(crate) stop_imports: CancellationToken,
-    /// Imports handed to the bus and not yet settled.
-    pub(crate) held: AtomicU64,
-    /// The topics linked, each way.
-    linked: Claims,
-    /// Its running imports and exports, stopped by `close`.
-    tasks: Tasks<export::ExportTask>,
+    /// Its imports' stop signal and held count, the topics linked each way, and its running
+    /// imports and exports, stopped by `close`.
+    pub(crate) runtime: Runtime<export::ExportTask>,
 }
 
 impl LinkShared {
@@ -281,15 +268,7 @@ impl LinkShared {
     /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
     /// that fails, or whose future is dropped midway, leaves the topic unlinked.
     fn claim(&self, topic: &str, direction: &'static str) -> Result<Claim<'_>, LinkError> {
-        if self.stop_imports.is_cancelled() {
-            return Err(LinkError::Closed);
-        }
-        self.linked
-            .claim(topic, direction)
-            .ok_or_else(|| LinkError::AlreadyLinked {
-                topic: topic.to_string(),
-                direction,
-            })
+        Ok(self.runtime.claim(topic, direction)?)
     }
 }
 
@@ -383,7 +362,7 @@ impl Link {
         let claim = self.inner.claim(topic, "export")?;
         let task = export::start::<T, C>(&self.inner, topic, codec)?;
         claim.keep();
-        self.inner.tasks.push_export(task);
+        self.inner.runtime.push_export(task);
         Ok(())
     }
 
@@ -482,7 +461,7 @@ impl Link {
         let claim = self.inner.claim(topic, "import")?;
         let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
         claim.keep();
-        self.inner.tasks.push_import(task);
+        self.inner.runtime.push_import(task);
         Ok(())
     }
 
@@ -554,10 +533,9 @@ impl Link {
         let started = Instant::now();
         let deadline = deadline_after(started, timeout);
         let link = &self.inner;
-        link.stop_imports.cancel();
         // 1. Imports: each task stops reading and settles what it holds.
         // 2. Exports: unsubscribe, which hands over (and so adds) what is queued.
-        let settled = link.tasks.settle_and_flush(&link.held, deadline).await;
+        let settled = link.runtime.stop_and_settle(deadline).await;
         let (unsettled_imports, unacked_exports) =
             (settled.unsettled_imports, settled.unacked_exports);
 
@@ -570,24 +548,21 @@ impl Link {
             stats: link.counters.snapshot(),
             elapsed: started.elapsed(),
         };
-        if report.complete {
-            tracing::info!(link = %link.id, elapsed = ?report.elapsed, "ringbus-redis link closed");
-        } else {
-            tracing::warn!(
-                link = %link.id,
-                cut_at = ?report.cut_at,
-                unsettled_imports,
-                unacked_exports,
-                "ringbus-redis link close cut by its deadline"
-            );
-        }
+        log_close(
+            "ringbus-redis",
+            &link.id,
+            report.elapsed,
+            report.cut_at,
+            unsettled_imports,
+            unacked_exports,
+        );
         report
     }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.inner.stop_imports.cancel();
+        self.inner.runtime.stop_imports.cancel();
     }
 }
 
