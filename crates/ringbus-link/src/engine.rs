@@ -9,6 +9,7 @@
 //! - [`Tasks`]: a link's running imports and exports (of the engine's [`Export`] type), and
 //!   the first steps of its `close`: settle the imports, then flush the exports, within one
 //!   deadline.
+//! - [`redacted_url`]: a URL without its password, for a builder's `Debug`.
 //! - [`Runtime`]: what every link keeps beside its connection: the signal that stops its
 //!   imports, the count of what they hold, its claims and its tasks; [`log_close`], the
 //!   line a close ends with.
@@ -368,6 +369,27 @@ impl<E> fmt::Debug for Runtime<E> {
     }
 }
 
+/// `url` with the password of its user-info part (`redis://user:password@host`,
+/// `amqp://user:password@host`) replaced by `<redacted>`, for a builder's `Debug`.
+pub fn redacted_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let user_info = &rest[..at];
+    let user = user_info.split(':').next().unwrap_or("");
+    let hidden = if user_info.contains(':') {
+        format!("{user}:<redacted>")
+    } else {
+        "<redacted>".to_string() // `redis://password@host`: the lone part is a password
+    };
+    format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
+}
+
 /// The line a close ends with: `info` when it completed, `warn` with what the deadline cut.
 pub fn log_close(
     engine: &str,
@@ -391,7 +413,28 @@ pub fn log_close(
 
 #[cfg(test)]
 mod settlement_tests {
-    use super::Settlement;
+    use super::{redacted_url, Settlement};
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redacted_url("redis://app:s3cret@host:6379/0"),
+            "redis://app:<redacted>@host:6379/0"
+        );
+        assert_eq!(
+            redacted_url("redis://:s3cret@host"),
+            "redis://:<redacted>@host"
+        );
+        assert_eq!(
+            redacted_url("rediss://s3cret@host"),
+            "rediss://<redacted>@host"
+        );
+        assert_eq!(
+            redacted_url("amqp://u:p@h/%2f"),
+            "amqp://u:<redacted>@h/%2f"
+        );
+        assert_eq!(redacted_url("redis://host:6379"), "redis://host:6379");
+    }
 
     #[test]
     fn a_handler_that_gave_up_dead_letters_and_a_missed_one_redelivers() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, log_close, Claim, Runtime};
+use ringbus_link::engine::{deadline_after, log_close, redacted_url, Claim, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 use tokio::time::Instant;
@@ -188,7 +188,7 @@ impl LinkBuilder {
 impl fmt::Debug for LinkBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("LinkBuilder");
-        d.field("url", &redacted(&self.url))
+        d.field("url", &redacted_url(&self.url))
             .field("prefix", &self.prefix)
             .field("dead_letter_prefix", &self.dead_letter_prefix)
             .field("streams", &self.streams)
@@ -205,27 +205,6 @@ impl fmt::Debug for LinkBuilder {
         );
         d.finish()
     }
-}
-
-/// `url` with the password of its user-info part (`redis://user:password@host`) replaced by
-/// `<redacted>`.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    let user_info = &rest[..at];
-    let user = user_info.split(':').next().unwrap_or("");
-    let hidden = if user_info.contains(':') {
-        format!("{user}:<redacted>")
-    } else {
-        "<redacted>".to_string() // `redis://password@host`: the lone part is a password
-    };
-    format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
 }
 
 /// What every part of a link shares.
@@ -579,17 +558,8 @@ impl fmt::Debug for Link {
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
-
     #[test]
     fn passwords_never_show() {
-        assert_eq!(
-            redacted("redis://app:s3cret@host:6379/0"),
-            "redis://app:<redacted>@host:6379/0"
-        );
-        assert_eq!(redacted("redis://:s3cret@host"), "redis://:<redacted>@host");
-        assert_eq!(redacted("rediss://s3cret@host"), "rediss://<redacted>@host");
-        assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
         let builder = super::Link::builder("redis://u:hunter2@h:1");
         assert!(!format!("{builder:?}").contains("hunter2"));
     }
