@@ -8,9 +8,27 @@
 //! message type crosses NATS, Redis and RabbitMQ alike. Its runtime will be built on the
 //! engine interface the links share, which is being designed.
 //!
-//! Nothing public yet.
+//! What there is today:
+//!
+//! - `testing::RabbitServer` (feature `testing`): a real `rabbitmq-server` for tests, on
+//!   free ports, isolated from any system instance, stopped (with its own `epmd`) on drop.
+//!   Tests skip without the binary, unless `REQUIRE_RABBITMQ=1`.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), lapin::Error> {
+//! use lapin::{Connection, ConnectionProperties};
+//! use ringbus_rabbitmq::testing::RabbitServer;
+//!
+//! let Some(server) = RabbitServer::start() else { return Ok(()) }; // skipped: no server
+//! let connection = Connection::connect(&server.url(), ConnectionProperties::default()).await?;
+//! # let _ = connection;
+//! # Ok(()) }
+//! ```
 
 /// The crate's README (shown on crates.io), its Rust examples compiled as doc tests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[cfg(feature = "testing")]
+pub mod testing;
