@@ -8,6 +8,7 @@ use ringbus::{Bus, SubscribeOptions};
 // `eventually` polls a condition until it holds, failing the test after `WAIT` (20 s).
 pub(crate) use ringbus_link::testing::{eventually, WAIT};
 use ringbus_nats::testing::{MemoryNats, NatsServer};
+use ringbus_rabbitmq::testing::RabbitServer;
 use ringbus_redis::testing::{RedisServer, ServerOptions as RedisOptions};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -24,7 +25,7 @@ pub(crate) struct Item {
     pub(crate) data: Vec<u8>,
 }
 
-/// The message type of every case: the `Envelope` both engines share.
+/// The message type of every case: the `Envelope` every engine shares.
 pub(crate) type Msg = ringbus_nats::Envelope<Item>;
 
 pub(crate) fn item(n: u64) -> Msg {
@@ -47,22 +48,24 @@ pub(crate) enum Kind {
     Core,
     JetStream,
     Redis,
+    RabbitMq,
 }
 
 /// Every transport, those that need no server first.
-pub(crate) const ALL: [Kind; 5] = [
+pub(crate) const ALL: [Kind; 6] = [
     Kind::InProcess,
     Kind::Memory,
     Kind::Core,
     Kind::JetStream,
     Kind::Redis,
+    Kind::RabbitMq,
 ];
 
 impl Kind {
     /// Delivers at least once: acks after the handlers, redelivery, dead letters, no loss
     /// across a server restart.
     pub(crate) fn at_least_once(self) -> bool {
-        matches!(self, Kind::JetStream | Kind::Redis)
+        matches!(self, Kind::JetStream | Kind::Redis | Kind::RabbitMq)
     }
 
     /// Goes through a link (anything but the in-process bus).
@@ -79,12 +82,15 @@ pub(crate) enum Server {
     Memory(MemoryNats),
     Nats(NatsServer),
     Redis(RedisServer),
+    Rabbit(RabbitServer),
 }
 
 /// A link of either engine.
 pub(crate) enum AnyLink {
     Nats(ringbus_nats::Link),
     Redis(ringbus_redis::Link),
+    /// With its server's URL, to read the dead letters back.
+    Rabbit(ringbus_rabbitmq::Link, String),
 }
 
 /// The counters the cases read, in one shape for both engines.
@@ -145,6 +151,21 @@ impl AnyLink {
                     connected: s.state == ringbus_redis::ConnectionState::Connected,
                 }
             }
+            AnyLink::Rabbit(link, _) => {
+                let s = link.stats();
+                Stats {
+                    exported: s.exported,
+                    export_errors: s.export_errors,
+                    imported: s.imported,
+                    acked: s.acked,
+                    nacked: s.nacked,
+                    dead_lettered: s.dead_lettered,
+                    duplicates: s.duplicates,
+                    connects: s.connects,
+                    disconnects: s.disconnects,
+                    connected: s.state == ringbus_rabbitmq::ConnectionState::Connected,
+                }
+            }
         }
     }
 
@@ -161,6 +182,10 @@ impl AnyLink {
                 (r.complete, format!("{r:?}"))
             }
             AnyLink::Redis(link) => {
+                let r = link.close(timeout).await;
+                (r.complete, format!("{r:?}"))
+            }
+            AnyLink::Rabbit(link, _) => {
                 let r = link.close(timeout).await;
                 (r.complete, format!("{r:?}"))
             }
@@ -212,6 +237,37 @@ impl AnyLink {
                     reason: text("Ringbus-Dead-Reason"),
                 }
             }
+            AnyLink::Rabbit(link, url) => {
+                use lapin::options::BasicGetOptions;
+                let connection =
+                    lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+                        .await
+                        .unwrap();
+                let channel = connection.create_channel().await.unwrap();
+                let queue = link.dead_letter_queue(TOPIC).unwrap();
+                let mut last = None;
+                while let Some(got) = channel
+                    .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+                    .await
+                    .unwrap()
+                {
+                    last = Some(got.delivery);
+                }
+                let dead = last.expect("a dead letter");
+                let headers = dead.properties.headers().clone().unwrap();
+                let text = |name: &str| match headers.inner().get(name) {
+                    Some(lapin::types::AMQPValue::LongString(s)) => {
+                        String::from_utf8(s.as_bytes().to_vec()).unwrap()
+                    }
+                    other => panic!("dead letter header {name}: {other:?}"),
+                };
+                let _ = connection.close(200, "read".into()).await;
+                DeadLetter {
+                    body: serde_json::from_slice(&dead.data).unwrap(),
+                    id: text("Ringbus-Id"),
+                    reason: text("Ringbus-Dead-Reason"),
+                }
+            }
         }
     }
 }
@@ -238,6 +294,18 @@ async fn nats_link(url: String, bus: &Bus) -> ringbus_nats::Link {
             ack_wait: Duration::from_secs(5),
             ..ringbus_nats::JetStreamOptions::default()
         })
+        .connect(bus)
+        .await
+        .unwrap()
+}
+
+async fn rabbit_link(url: String, bus: &Bus) -> ringbus_rabbitmq::Link {
+    let mut queues = ringbus_rabbitmq::QueueOptions::default();
+    queues.max_deliver = MAX_DELIVER;
+    queues.nack_delay = NACK_DELAY;
+    ringbus_rabbitmq::Link::builder(url)
+        .prefix("conf")
+        .queues(queues)
         .connect(bus)
         .await
         .unwrap()
@@ -285,6 +353,11 @@ impl Pair {
             Kind::Redis => Some(Server::Redis(RedisServer::start_with(
                 RedisOptions::new().persistent(true),
             )?)),
+            Kind::RabbitMq => Some(Server::Rabbit(
+                tokio::task::spawn_blocking(RabbitServer::start)
+                    .await
+                    .unwrap()?,
+            )),
         };
         let publisher = Bus::new();
         let subscriber = if kind.linked() {
@@ -333,11 +406,22 @@ impl Pair {
                 p.export::<Msg>(TOPIC).await.unwrap();
                 (Some(AnyLink::Redis(p)), Some(AnyLink::Redis(s)))
             }
+            (Some(Server::Rabbit(server)), _) => {
+                let url = server.url();
+                let p = rabbit_link(url.clone(), &publisher).await;
+                let s = rabbit_link(url.clone(), &subscriber).await;
+                s.import::<Msg>(TOPIC).await.unwrap();
+                p.export::<Msg>(TOPIC).await.unwrap();
+                (
+                    Some(AnyLink::Rabbit(p, url.clone())),
+                    Some(AnyLink::Rabbit(s, url)),
+                )
+            }
             (Some(nats), kind) => {
                 let url = match nats {
                     Server::Memory(m) => m.url(),
                     Server::Nats(n) => n.url(),
-                    Server::Redis(_) => unreachable!("matched above"),
+                    Server::Redis(_) | Server::Rabbit(_) => unreachable!("matched above"),
                 };
                 let mode = if kind == Kind::JetStream {
                     ringbus_nats::Mode::JetStream
@@ -424,6 +508,15 @@ impl Pair {
                 .await
                 .unwrap();
                 self.server = Some(Server::Redis(server));
+            }
+            Some(Server::Rabbit(mut server)) => {
+                let server = tokio::task::spawn_blocking(move || {
+                    server.restart();
+                    server
+                })
+                .await
+                .unwrap();
+                self.server = Some(Server::Rabbit(server));
             }
             None => panic!("{:?} has no server", self.kind),
         }

@@ -278,6 +278,53 @@ impl RabbitServer {
         &self.dir
     }
 
+    /// Kills the server (SIGKILL to the VM, no graceful shutdown) and starts it again on the
+    /// same ports, node name and directory: durable exchanges and queues, and the persistent
+    /// messages they held, are there again. Its `epmd` keeps running.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), if it does not come back within 60 s.
+    pub fn restart(&mut self) {
+        self.kill();
+        // A fresh log, so readiness is read from the new run's lines only.
+        let _ = fs::remove_file(self.log_path());
+        self.start_server();
+        if let Err(failure) = self.wait_ready(Instant::now() + READY_TIMEOUT) {
+            let report = self.failure_report(&failure);
+            self.stop();
+            panic!("{report}");
+        }
+    }
+
+    /// Kills the server (SIGKILL to its process group: the script and the VM) and waits until
+    /// none of its processes but `epmd` is left. Does nothing if it is not running.
+    pub fn kill(&mut self) {
+        let Some(mut script) = self.server.take() else {
+            return;
+        };
+        signal("KILL", &format!("-{}", script.id()));
+        let _ = script.kill();
+        let _ = script.wait();
+        let epmd = self.epmd.as_ref().map(Child::id);
+        let deadline = Instant::now() + HELPERS_TIMEOUT;
+        loop {
+            let left: Vec<String> = processes_in(&self.dir)
+                .into_iter()
+                .filter(|pid| Some(*pid) != epmd)
+                .map(|pid| pid.to_string())
+                .collect();
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                signal("KILL", &left.join(" "));
+                return;
+            }
+            thread::sleep(POLL);
+        }
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.join("log").join("rabbit.log")
     }

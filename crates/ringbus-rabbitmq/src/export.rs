@@ -1,0 +1,253 @@
+//! Exports: a bus batch subscriber per exported topic publishes the local messages to the
+//! link's topic exchange, with the topic as the routing key.
+//!
+//! The handler takes what is queued for it at once (a bus batch), encodes each message,
+//! publishes them all on a channel in confirm mode, then awaits their confirms: the
+//! subscriber's queue is the export's buffer, the bus's backpressure its flow control, and
+//! the link pays one round trip per batch, not per message. A message whose publish or
+//! confirm failed (a lost connection) is published again, on a new channel, for up to
+//! `publish_retry_for`; a copy RabbitMQ stored twice carries the same message id, which the
+//! importers' dedup window drops. A message that cannot be encoded, or that RabbitMQ refuses
+//! (a nack), is counted in `export_errors` and logged; the others of its batch still go.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::Channel;
+use lapin::Confirmation;
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, Subscription};
+use ringbus_link::engine::Export;
+use ringbus_link::Codec;
+use tokio::time::Instant;
+
+use crate::error::LinkError;
+use crate::link::LinkShared;
+use crate::stats::add;
+use crate::wire::{encode, ExportError, Outgoing};
+
+/// What `close` needs of a running export.
+pub(crate) struct ExportTask {
+    topic: String,
+    subscription: Subscription,
+}
+
+impl Export for ExportTask {
+    /// Unsubscribes: the subscriber first publishes (and has confirmed) everything queued
+    /// for it. `Err(n)`: at most `n` exports were not confirmed at the deadline.
+    async fn finish(self, deadline: Instant) -> Result<(), u64> {
+        let queued = self.subscription.stats().lag;
+        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
+        if unsubscribed.await.is_err() {
+            tracing::warn!(topic = %self.topic, "ringbus-rabbitmq close: export not flushed in time");
+            return Err(queued.max(1));
+        }
+        Ok(())
+    }
+
+    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
+    /// many exports were still queued.
+    fn abort(self) -> u64 {
+        self.subscription.stats().lag
+    }
+}
+
+/// Opens a channel in confirm mode on the link's connection.
+pub(crate) async fn confirm_channel(link: &LinkShared) -> Result<Channel, String> {
+    let channel = link.conn.channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(channel)
+}
+
+/// Publishes `body` with `properties` to `exchange` under `routing_key` on `channel`, and
+/// waits for its confirm: `Ok(true)` confirmed, `Ok(false)` refused by RabbitMQ (a nack),
+/// `Err` lost on the way (send it again).
+pub(crate) async fn publish_confirmed(
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: lapin::BasicProperties,
+) -> Result<bool, String> {
+    let confirm = channel
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            BasicPublishOptions::default(),
+            body,
+            properties,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    match confirm.await.map_err(|e| e.to_string())? {
+        Confirmation::Ack(_) | Confirmation::NotRequested => Ok(true),
+        Confirmation::Nack(_) => Ok(false),
+    }
+}
+
+/// The handler of an export subscriber.
+struct Exporter<T, C> {
+    link: Arc<LinkShared>,
+    topic: Arc<str>,
+    codec: C,
+    /// The channel the last batch went out on, kept while it works. The subscriber calls
+    /// its handler once at a time, so the lock is never contended.
+    channel: tokio::sync::Mutex<Option<Channel>>,
+    _message: PhantomData<fn(&T)>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
+    /// Publishes `batch` and waits for its confirms. `Err` names the first message that was
+    /// not stored (each one is counted and logged).
+    async fn export(&self, batch: Batch<'_, T>) -> Result<(), ExportError> {
+        let link = &self.link;
+        let mut first_error = None;
+        let mut pending: Vec<(Outgoing, Vec<u8>)> = Vec::with_capacity(batch.len());
+        for msg in batch.iter() {
+            if self.codec.is_imported(msg) {
+                add(&link.counters.echo_skipped);
+                continue;
+            }
+            let mut body = Vec::new();
+            match encode(
+                &self.codec,
+                msg,
+                &self.topic,
+                &link.id,
+                link.max_message_bytes,
+                &mut body,
+            ) {
+                Ok(message) => pending.push((message, body)),
+                Err(e) => self.failed(&mut first_error, None, e),
+            }
+        }
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        let mut channel = self.channel.lock().await;
+        while !pending.is_empty() {
+            let lost = match self
+                .send(&mut channel, &mut pending, &mut first_error)
+                .await
+            {
+                Ok(()) => break,
+                Err(lost) => lost,
+            };
+            *channel = None;
+            if started.elapsed() >= link.queues.publish_retry_for {
+                for (message, _) in pending.drain(..) {
+                    let error = ExportError::Send(lost.clone());
+                    self.failed(&mut first_error, Some(&message.id), error);
+                }
+                break;
+            }
+            add(&link.counters.export_retries);
+            tracing::debug!(topic = %self.topic, messages = pending.len(), error = %lost, "ringbus-rabbitmq: publishing again after a lost connection");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Publishes every message of `pending` on the channel (made first if there is none) and
+    /// awaits their confirms, removing each message settled (confirmed or refused). `Err`
+    /// when the channel failed: what is left in `pending` goes again.
+    async fn send(
+        &self,
+        channel: &mut Option<Channel>,
+        pending: &mut Vec<(Outgoing, Vec<u8>)>,
+        first_error: &mut Option<ExportError>,
+    ) -> Result<(), String> {
+        let link = &self.link;
+        let ch = match channel {
+            Some(ch) => ch.clone(),
+            None => {
+                let ch = confirm_channel(link).await?;
+                *channel = Some(ch.clone());
+                ch
+            }
+        };
+        let mut confirms = Vec::with_capacity(pending.len());
+        for (message, body) in pending.iter() {
+            let confirm = ch
+                .basic_publish(
+                    link.prefix.as_str().into(),
+                    (*self.topic).into(),
+                    BasicPublishOptions::default(),
+                    body,
+                    message.properties.clone(),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            confirms.push(confirm);
+        }
+        let mut settled = 0;
+        let mut result = Ok(());
+        for confirm in confirms {
+            match confirm.await {
+                Ok(Confirmation::Ack(_) | Confirmation::NotRequested) => {
+                    add(&link.counters.exported);
+                }
+                Ok(Confirmation::Nack(_)) => {
+                    let id = pending[settled].0.id.clone();
+                    let refused = ExportError::Send("RabbitMQ refused it (a nack)".into());
+                    self.failed(first_error, Some(&id), refused);
+                }
+                Err(e) => {
+                    result = Err(e.to_string());
+                    break;
+                }
+            }
+            settled += 1;
+        }
+        pending.drain(..settled);
+        result
+    }
+
+    /// Counts and logs a message that was not exported; keeps the batch's first error.
+    fn failed(&self, first: &mut Option<ExportError>, id: Option<&str>, error: ExportError) {
+        add(&self.link.counters.export_errors);
+        tracing::warn!(topic = %self.topic, id, error = %error, "ringbus-rabbitmq: message not exported");
+        first.get_or_insert(error);
+    }
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for Exporter<T, C> {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move { self.export(batch).await.map_err(HandlerError::new) }
+    }
+}
+
+/// Starts exporting `topic`.
+pub(crate) fn start<T, C>(
+    link: &Arc<LinkShared>,
+    topic: &str,
+    codec: C,
+) -> Result<ExportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let exporter = Exporter::<T, C> {
+        link: link.clone(),
+        topic: Arc::from(topic),
+        codec,
+        channel: tokio::sync::Mutex::new(None),
+        _message: PhantomData,
+    };
+    let options = SubscribeOptions::new().name(format!("rabbitmq-export:{topic}"));
+    let subscription = link.bus.subscribe_batch(topic, options, exporter)?;
+    tracing::info!(topic, exchange = %link.prefix, "ringbus-rabbitmq: exporting");
+    Ok(ExportTask {
+        topic: topic.to_string(),
+        subscription,
+    })
+}

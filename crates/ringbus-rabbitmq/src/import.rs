@@ -1,0 +1,418 @@
+//! Imports: a consumer per imported topic reads the topic's queue and publishes what arrives
+//! into the local bus; each message is acknowledged once every local subscriber handled it.
+//!
+//! What every at-least-once engine does the same way (hand over in order, the dedup window,
+//! settle in order, stop) is `ringbus_link::import`; this module is the RabbitMQ side of it,
+//! `impl Inbound for Import`:
+//!
+//! - **Queue.** The durable queue `<prefix>.<group>.<topic>`, bound to the topic exchange
+//!   `<prefix>` with the topic as its key: instances of one group compete for its messages.
+//! - **Deliveries.** A classic queue says only whether a message was delivered before
+//!   (`redelivered`), not how often: the import counts the redeliveries it sees itself, per
+//!   message id (`Counts`, as many ids as the dedup window, at least 1,024), and reads
+//!   `x-delivery-count` where a queue gives it (a quorum queue declared by someone else). A
+//!   message that comes back to another process starts its count again there.
+//! - **Take.** `basic.consume` with manual acks and a prefetch of `max_in_flight`; a lost
+//!   channel or connection is noticed by the consumer's end, and a new consumer is made on a
+//!   new connection (RabbitMQ delivers again what the old one held).
+//! - **Settle.** `basic.ack`; give back: `basic.nack` with requeue, at once, or after
+//!   `nack_delay` (the message stays with this consumer meanwhile); dead-letter: publish a
+//!   copy, with the reason, to the exchange `<dead_letter_prefix>` (confirmed), where the
+//!   queue `<dead_letter_prefix>.<topic>` keeps it, then ack the original.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Consumer};
+use ringbus_link::engine::ImportTask;
+use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
+use ringbus_link::names::DEAD_REASON;
+use ringbus_link::Codec;
+
+use crate::error::LinkError;
+use crate::export::{confirm_channel, publish_confirmed};
+use crate::link::LinkShared;
+use crate::stats::add;
+use crate::wire::{decode, earlier_deliveries, message_id, origin};
+
+/// Declares the durable queue `queue` and binds it to the link's exchange under
+/// `topic`; declares the topic's dead-letter queue too. Idempotent.
+pub(crate) async fn declare(
+    link: &LinkShared,
+    channel: &Channel,
+    queue: &str,
+    topic: &str,
+) -> Result<(), lapin::Error> {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(queue.into(), durable, FieldTable::default())
+        .await?;
+    channel
+        .queue_bind(
+            queue.into(),
+            link.prefix.as_str().into(),
+            topic.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let dead = link.dead_letter_queue(topic);
+    channel
+        .queue_declare(dead.as_str().into(), durable, FieldTable::default())
+        .await?;
+    channel
+        .queue_bind(
+            dead.as_str().into(),
+            link.dead_letter_prefix.as_str().into(),
+            topic.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts importing `topic` from the queue of `group`.
+pub(crate) async fn start<T, C>(
+    link: &Arc<LinkShared>,
+    topic: &str,
+    group: &str,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let local = link.bus.topic::<T>(topic)?;
+    let queue = link.queue(topic, group);
+    let channel = link.conn.channel().await.map_err(LinkError::Connect)?;
+    declare(link, &channel, &queue, topic)
+        .await
+        .map_err(|e| LinkError::Topology(e.to_string()))?;
+    let import = Import {
+        link: link.clone(),
+        topic: topic.to_string(),
+        queue,
+        publisher: tokio::sync::Mutex::new(None),
+    };
+    // The consumer is made here, so a message published once this returns is delivered.
+    let consumer = import
+        .consume(&channel)
+        .await
+        .map_err(|e| LinkError::Topology(e.to_string()))?;
+    tracing::info!(topic, queue = %import.queue, "ringbus-rabbitmq: importing");
+    let reader = Reader {
+        consumer: Some(consumer),
+        generation: 0,
+        retry: Duration::from_millis(50),
+        counts: Counts::new(link.queues.dedup_window.max(1024)),
+    };
+    let task = import::spawn(import, reader, local, codec);
+    Ok(ImportTask::new(task, "ringbus-rabbitmq"))
+}
+
+/// One import: its topic, its queue, and a channel for its dead letters.
+struct Import {
+    link: Arc<LinkShared>,
+    topic: String,
+    queue: String,
+    /// The confirm channel dead letters go out on, made when first needed.
+    publisher: tokio::sync::Mutex<Option<Channel>>,
+}
+
+/// The consuming side of an import.
+struct Reader {
+    /// The consumer, made again (on a new channel) once it ends.
+    consumer: Option<Consumer>,
+    /// How many consumers were made before this one: delivery tags count per channel.
+    generation: u64,
+    /// The wait after a failed consume, doubled up to 1 s.
+    retry: Duration,
+    /// The deliveries seen of recent message ids.
+    counts: Counts,
+}
+
+/// A delivery, with the consumer it came from and which delivery of its message it is.
+struct Taken {
+    delivery: Delivery,
+    generation: u64,
+    deliveries: u64,
+}
+
+/// How many times this import was given each of the last `capacity` message ids.
+struct Counts {
+    capacity: usize,
+    order: VecDeque<String>,
+    seen: HashMap<String, u64>,
+}
+
+impl Counts {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            order: VecDeque::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Which delivery of its message `delivery` is: the queue's own count where it keeps
+    /// one; else 1 for a first delivery, and for a redelivery one more than this import saw
+    /// (at least 2).
+    fn count(&mut self, delivery: &Delivery) -> u64 {
+        let earlier = earlier_deliveries(&delivery.properties);
+        if earlier > 0 || !delivery.redelivered {
+            return earlier + 1;
+        }
+        let Some(id) = message_id(&delivery.properties) else {
+            return 2;
+        };
+        if let Some(seen) = self.seen.get_mut(id) {
+            *seen += 1;
+            return *seen;
+        }
+        self.seen.insert(id.to_string(), 2);
+        self.order.push_back(id.to_string());
+        if self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        2
+    }
+}
+
+impl Import {
+    /// Sets the prefetch and starts consuming on `channel`.
+    async fn consume(&self, channel: &Channel) -> Result<Consumer, lapin::Error> {
+        let prefetch = u16::try_from(self.link.queues.max_in_flight).unwrap_or(u16::MAX);
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await?;
+        channel
+            .basic_consume(
+                self.queue.as_str().into(),
+                format!("{}.{}", self.link.id, self.topic).into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+    }
+
+    /// A new consumer on a new channel (after the last one ended), or `None` (counted and
+    /// logged) if the connection is not back yet.
+    async fn consume_again(&self) -> Option<Consumer> {
+        let channel = match self.link.conn.channel().await {
+            Ok(channel) => channel,
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "ringbus-rabbitmq: cannot reconnect yet");
+                return None;
+            }
+        };
+        let made = async {
+            declare(&self.link, &channel, &self.queue, &self.topic).await?;
+            self.consume(&channel).await
+        };
+        match made.await {
+            Ok(consumer) => Some(consumer),
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: cannot consume again yet");
+                None
+            }
+        }
+    }
+
+    fn delay(&self, when: Redeliver) -> Duration {
+        match when {
+            Redeliver::Now => Duration::ZERO,
+            Redeliver::Later => self.link.queues.nack_delay,
+        }
+    }
+}
+
+impl Inbound for Import {
+    type Message = Taken;
+    type Key = (u64, u64);
+    type Reader = Reader;
+
+    const ENGINE: &'static str = "ringbus-rabbitmq";
+
+    fn shared(&self) -> Shared<'_> {
+        Shared {
+            topic: &self.topic,
+            link_id: &self.link.id,
+            held: &self.link.runtime.held,
+            stop: &self.link.runtime.stop_imports,
+        }
+    }
+
+    fn count(&self, what: Count, n: u64) {
+        self.link
+            .counters
+            .of(what)
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.link.queues.max_in_flight
+    }
+
+    fn dedup_window(&self) -> usize {
+        self.link.queues.dedup_window
+    }
+
+    async fn take(&self, reader: &mut Reader, _room: usize) -> Vec<Taken> {
+        let consumer = match &mut reader.consumer {
+            Some(consumer) => consumer,
+            None => match self.consume_again().await {
+                Some(consumer) => {
+                    reader.generation += 1;
+                    reader.retry = Duration::from_millis(50);
+                    reader.consumer.insert(consumer)
+                }
+                None => {
+                    tokio::time::sleep(reader.retry).await;
+                    reader.retry = (reader.retry * 2).min(Duration::from_secs(1));
+                    return Vec::new();
+                }
+            },
+        };
+        match consumer.next().await {
+            Some(Ok(delivery)) => vec![Taken {
+                deliveries: reader.counts.count(&delivery),
+                delivery,
+                generation: reader.generation,
+            }],
+            ended => {
+                // The channel or the connection is gone: RabbitMQ delivers again what this
+                // consumer held; a new one is made at the next take.
+                if let Some(Err(e)) = ended {
+                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: the consumer failed; consuming again");
+                }
+                add(&self.link.counters.import_errors);
+                reader.consumer = None;
+                self.link.conn.check().await;
+                Vec::new()
+            }
+        }
+    }
+
+    fn origin<'m>(&self, taken: &'m Taken) -> Option<&'m str> {
+        origin(&taken.delivery.properties)
+    }
+
+    fn message_id<'m>(&self, taken: &'m Taken) -> Option<&'m str> {
+        message_id(&taken.delivery.properties)
+    }
+
+    /// A first delivery's consumer and tag; none for a redelivery, which is never a
+    /// duplicate of its own first delivery.
+    fn key(&self, taken: &Taken) -> Option<(u64, u64)> {
+        (!taken.delivery.redelivered && self.deliveries(taken) == 1)
+            .then_some((taken.generation, taken.delivery.delivery_tag))
+    }
+
+    fn deliveries(&self, taken: &Taken) -> u64 {
+        taken.deliveries
+    }
+
+    fn is_last(&self, taken: &Taken) -> bool {
+        self.deliveries(taken) >= u64::from(self.link.queues.max_deliver.max(1))
+    }
+
+    fn delivered_too_often(&self, taken: &Taken) -> Option<String> {
+        let max_deliver = u64::from(self.link.queues.max_deliver.max(1));
+        let deliveries = self.deliveries(taken);
+        (deliveries > max_deliver).then(|| {
+            format!(
+                "delivered {deliveries} times, more than max_deliver ({max_deliver}): its \
+                 consumers died or stalled while handling it"
+            )
+        })
+    }
+
+    fn decode<T, C: Codec<T>>(&self, codec: &C, taken: &Taken) -> Result<T, String> {
+        let delivery = &taken.delivery;
+        decode(
+            codec,
+            &self.topic,
+            &delivery.properties,
+            &delivery.data,
+            self.link.max_message_bytes,
+        )
+        .map_err(|reason| format!("{reason} (queue {})", self.queue))
+    }
+
+    async fn ack(&self, taken: &[Taken]) -> bool {
+        let mut all = true;
+        for message in taken {
+            if let Err(e) = message.delivery.acker.ack(BasicAckOptions::default()).await {
+                add(&self.link.counters.ack_errors);
+                tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: an ack failed; the message will be delivered again");
+                all = false;
+            }
+        }
+        all
+    }
+
+    async fn give_back(&self, taken: &Taken, when: Redeliver) -> bool {
+        let acker = taken.delivery.acker.clone();
+        let delay = self.delay(when);
+        let requeue = BasicNackOptions {
+            requeue: true,
+            multiple: false,
+        };
+        if delay.is_zero() {
+            return acker.nack(requeue).await.is_ok();
+        }
+        // Held by this consumer meanwhile; a close (or a lost connection) before the delay
+        // passes hands it back to RabbitMQ at once.
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = acker.nack(requeue).await;
+        });
+        true
+    }
+
+    async fn dead_letter(&self, taken: &Taken, reason: &str) -> bool {
+        let delivery = &taken.delivery;
+        let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+        let one_line: String = reason.chars().filter(|c| !c.is_control()).collect();
+        headers.insert(DEAD_REASON.into(), AMQPValue::LongString(one_line.into()));
+        let properties = delivery.properties.clone().with_headers(headers);
+        let mut publisher = self.publisher.lock().await;
+        let stored = async {
+            let channel = match publisher.as_ref() {
+                Some(channel) => channel.clone(),
+                None => publisher.insert(confirm_channel(&self.link).await?).clone(),
+            };
+            publish_confirmed(
+                &channel,
+                &self.link.dead_letter_prefix,
+                &self.topic,
+                &delivery.data,
+                properties,
+            )
+            .await
+        };
+        match stored.await {
+            Ok(true) => self.ack(std::slice::from_ref(taken)).await,
+            failed => {
+                *publisher = None;
+                tracing::error!(topic = %self.topic, result = ?failed, "ringbus-rabbitmq: dead-lettering failed; the message will be delivered again");
+                self.give_back(taken, Redeliver::Later).await;
+                false
+            }
+        }
+    }
+}

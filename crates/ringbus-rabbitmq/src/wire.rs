@@ -1,0 +1,252 @@
+//! Messages to and from RabbitMQ: an AMQP message's properties and headers around a codec's
+//! body.
+//!
+//! The body is the AMQP body; the message id is the `message-id` property and the header
+//! `Ringbus-Id`; the local topic is the header `Ringbus-Topic` (and the routing key); the
+//! exporting link's id is `Ringbus-Origin`; each user header is an AMQP header of its own
+//! name, a long string. Messages are persistent (delivery mode 2). Headers RabbitMQ adds
+//! (`x-delivery-count`, `x-death`, ...) are not user headers: an import leaves every `x-*`
+//! name out.
+
+use std::fmt;
+
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::BasicProperties;
+use ringbus_link::codec::{check_header, decode_caught, encode_caught, is_reserved};
+use ringbus_link::ids::next_id;
+use ringbus_link::names::{ID, ORIGIN, TOPIC};
+use ringbus_link::{Codec, CodecError, HeaderError, Headers, Meta};
+
+/// The header in which a quorum queue counts a message's earlier deliveries.
+pub(crate) const DELIVERY_COUNT: &str = "x-delivery-count";
+
+/// Why a message could not be exported.
+#[derive(Debug)]
+pub(crate) enum ExportError {
+    Encode(CodecError),
+    Header(HeaderError),
+    TooLarge { bytes: usize, max: usize },
+    Send(String),
+}
+
+impl fmt::Display for ExportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExportError::Encode(e) => write!(f, "cannot encode the message: {e}"),
+            ExportError::Header(e) => e.fmt(f),
+            ExportError::TooLarge { bytes, max } => write!(
+                f,
+                "the encoded message has {bytes} bytes, more than the {max} allowed"
+            ),
+            ExportError::Send(e) => write!(f, "RabbitMQ did not confirm the message: {e}"),
+        }
+    }
+}
+
+/// Why a message from RabbitMQ was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BadInput {
+    TooLarge { bytes: usize, max: usize },
+    MissingHeader(&'static str),
+    WrongTopic,
+    NotText(String),
+    Decode,
+}
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadInput::TooLarge { bytes, max } => {
+                write!(f, "the body has {bytes} bytes, more than the {max} allowed")
+            }
+            BadInput::MissingHeader(name) => write!(f, "the required header {name} is missing"),
+            BadInput::WrongTopic => f.write_str("the topic header names another topic"),
+            BadInput::NotText(name) => write!(f, "the header {name:?} is not UTF-8 text"),
+            // The codec's error may quote the body: only its kind is kept.
+            BadInput::Decode => f.write_str("the body does not decode"),
+        }
+    }
+}
+
+/// An encoded message, ready to publish: its id, and the properties that carry it with the
+/// topic, the origin and the user headers (its body is in the buffer `encode` was given).
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) id: String,
+    pub(crate) properties: BasicProperties,
+}
+
+/// Ids follow the rule of header values (no line breaks, no padding), as on every link.
+fn check_id(id: &str) -> Result<(), HeaderError> {
+    if id.is_empty() || id.contains(['\r', '\n']) || id.trim() != id || id.len() > 255 {
+        return Err(HeaderError::bad_value(ID));
+    }
+    Ok(())
+}
+
+fn text(value: &str) -> AMQPValue {
+    AMQPValue::LongString(value.into())
+}
+
+/// Encodes `msg` for `topic` into `body` (emptied first); the rest of the message is in the
+/// returned [`Outgoing`].
+pub(crate) fn encode<T, C: Codec<T>>(
+    codec: &C,
+    msg: &T,
+    topic: &str,
+    origin: &str,
+    max: usize,
+    body: &mut Vec<u8>,
+) -> Result<Outgoing, ExportError> {
+    body.clear();
+    let mut meta = Meta::default();
+    encode_caught(codec, msg, body, &mut meta).map_err(ExportError::Encode)?;
+    if body.len() > max {
+        return Err(ExportError::TooLarge {
+            bytes: body.len(),
+            max,
+        });
+    }
+    let id = meta.id.unwrap_or_else(next_id);
+    check_id(&id).map_err(ExportError::Header)?;
+    let mut headers = FieldTable::default();
+    headers.insert(TOPIC.into(), text(topic));
+    headers.insert(ID.into(), text(&id));
+    headers.insert(ORIGIN.into(), text(origin));
+    for (name, value) in meta.headers.iter() {
+        // A custom codec may have filled `Headers` without `insert`'s check: check again.
+        check_header(name, value).map_err(ExportError::Header)?;
+        headers.insert(name.into(), text(value));
+    }
+    let properties = BasicProperties::default()
+        .with_message_id(ShortString::from(id.as_str()))
+        .with_delivery_mode(2)
+        .with_headers(headers);
+    Ok(Outgoing { id, properties })
+}
+
+/// A header's value as text, if it is text.
+fn header_text<'a>(headers: &'a FieldTable, name: &str) -> Option<Result<&'a str, BadInput>> {
+    let value = headers.inner().get(name)?;
+    let bytes = match value {
+        AMQPValue::LongString(s) => s.as_bytes(),
+        AMQPValue::ShortString(s) => s.as_str().as_bytes(),
+        _ => return Some(Err(BadInput::NotText(name.escape_debug().to_string()))),
+    };
+    Some(std::str::from_utf8(bytes).map_err(|_| BadInput::NotText(name.escape_debug().to_string())))
+}
+
+/// The exporting link's id, if the message names one.
+pub(crate) fn origin(properties: &BasicProperties) -> Option<&str> {
+    header_text(properties.headers().as_ref()?, ORIGIN)?.ok()
+}
+
+/// The message id, if the message has one.
+pub(crate) fn message_id(properties: &BasicProperties) -> Option<&str> {
+    header_text(properties.headers().as_ref()?, ID)?.ok()
+}
+
+/// The deliveries of this message before this one (a quorum queue's count; 0 without it).
+pub(crate) fn earlier_deliveries(properties: &BasicProperties) -> u64 {
+    let Some(value) = properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(DELIVERY_COUNT))
+    else {
+        return 0;
+    };
+    match value {
+        AMQPValue::LongLongInt(n) => u64::try_from(*n).unwrap_or(0),
+        AMQPValue::LongInt(n) => u64::try_from(*n).unwrap_or(0),
+        AMQPValue::LongUInt(n) => u64::from(*n),
+        AMQPValue::ShortInt(n) => u64::try_from(*n).unwrap_or(0),
+        AMQPValue::ShortUInt(n) => u64::from(*n),
+        _ => 0,
+    }
+}
+
+/// Decodes a message from RabbitMQ for `topic`.
+pub(crate) fn decode<T, C: Codec<T>>(
+    codec: &C,
+    topic: &str,
+    properties: &BasicProperties,
+    body: &[u8],
+    max: usize,
+) -> Result<T, BadInput> {
+    if body.len() > max {
+        return Err(BadInput::TooLarge {
+            bytes: body.len(),
+            max,
+        });
+    }
+    let empty = FieldTable::default();
+    let fields = properties.headers().as_ref().unwrap_or(&empty);
+    let required = |name: &'static str| -> Result<&str, BadInput> {
+        header_text(fields, name).ok_or(BadInput::MissingHeader(name))?
+    };
+    if required(TOPIC)? != topic {
+        return Err(BadInput::WrongTopic);
+    }
+    let id = required(ID)?.to_string();
+    let mut headers = Headers::new();
+    for (name, _) in fields {
+        let name = name.as_str();
+        if is_reserved(name) || name.starts_with("x-") {
+            continue;
+        }
+        let value = header_text(fields, name)
+            .unwrap_or(Err(BadInput::NotText(name.escape_debug().to_string())))?;
+        if check_header(name, value).is_err() {
+            return Err(BadInput::NotText(name.escape_debug().to_string()));
+        }
+        headers.insert_unchecked(name.to_string(), value.to_string());
+    }
+    let meta = Meta {
+        id: Some(id),
+        headers,
+    };
+    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringbus_link::{Envelope, Json};
+
+    #[test]
+    fn round_trip_keeps_id_headers_and_body() {
+        let msg = Envelope::new(vec![1u8, 2, 3])
+            .with_id("order-7")
+            .with_header("Tenant", "acme")
+            .unwrap();
+        let mut body = Vec::new();
+        let out = encode(&Json, &msg, "orders", "me", 1 << 20, &mut body).unwrap();
+        assert_eq!(origin(&out.properties), Some("me"));
+        assert_eq!(message_id(&out.properties), Some("order-7"));
+        assert_eq!(earlier_deliveries(&out.properties), 0);
+        let back: Envelope<Vec<u8>> =
+            decode(&Json, "orders", &out.properties, &body, 1 << 20).unwrap();
+        assert_eq!(back.id(), "order-7");
+        assert_eq!(back.headers(), msg.headers());
+        assert_eq!(back.body(), msg.body());
+        assert!(back.is_imported());
+        let other: Result<Envelope<Vec<u8>>, _> =
+            decode(&Json, "other", &out.properties, &body, 1 << 20);
+        assert_eq!(other.err(), Some(BadInput::WrongTopic));
+        let large: Result<Envelope<Vec<u8>>, _> =
+            decode(&Json, "orders", &out.properties, &body, 2);
+        assert!(matches!(large, Err(BadInput::TooLarge { .. })));
+    }
+
+    #[test]
+    fn rabbitmq_headers_are_not_user_headers_and_count_deliveries() {
+        let mut body = Vec::new();
+        let out = encode(&Json, &Envelope::new(5u8), "t", "me", 64, &mut body).unwrap();
+        let mut headers = out.properties.headers().clone().unwrap();
+        headers.insert(DELIVERY_COUNT.into(), AMQPValue::LongLongInt(2));
+        let properties = out.properties.clone().with_headers(headers);
+        assert_eq!(earlier_deliveries(&properties), 2);
+        let back: Envelope<u8> = decode(&Json, "t", &properties, &body, 64).unwrap();
+        assert!(back.headers().is_empty());
+    }
+}

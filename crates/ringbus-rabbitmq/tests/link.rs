@@ -1,0 +1,84 @@
+//! The RabbitMQ link on a real server: what the conformance suite does not cover.
+
+use std::time::Duration;
+
+use ringbus::Bus;
+use ringbus_link::testing::{eventually, WAIT};
+use ringbus_rabbitmq::testing::RabbitServer;
+use ringbus_rabbitmq::{Envelope, Link};
+use tokio::sync::mpsc;
+
+type Msg = Envelope<u64>;
+
+async fn server() -> Option<RabbitServer> {
+    tokio::task::spawn_blocking(RabbitServer::start)
+        .await
+        .unwrap()
+}
+
+/// A link of `bus` to `server`, with a short redelivery delay.
+async fn link(server: &RabbitServer, bus: &Bus) -> Link {
+    Link::builder(server.url())
+        .prefix("t")
+        .connect(bus)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_test_writer()
+        .try_init();
+    let Some(mut server) = server().await else {
+        return;
+    };
+    let (publisher, subscriber) = (Bus::new(), Bus::new());
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let _sub = subscriber
+        .subscribe("n", move |m: &Msg| {
+            let _ = tx.send(*m.body());
+            async {}
+        })
+        .unwrap();
+    let (p, s) = (
+        link(&server, &publisher).await,
+        link(&server, &subscriber).await,
+    );
+    s.import::<Msg>("n").await.unwrap();
+    p.export::<Msg>("n").await.unwrap();
+    publisher.publish("n", Msg::new(0)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, seen.recv()).await.unwrap(),
+        Some(0)
+    );
+    server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    let mut n = 1;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        publisher.publish("n", Msg::new(n)).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(200), seen.recv()).await {
+            Ok(Some(got)) if got > 0 => break,
+            _ => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no delivery after the restart: {:?} {:?}",
+                p.stats(),
+                s.stats()
+            ),
+        }
+        n += 1;
+    }
+    eventually("both links connected again", || {
+        p.stats().disconnects >= 1 && s.stats().disconnects >= 1
+    })
+    .await;
+    assert!(p.close(WAIT).await.complete);
+    assert!(s.close(WAIT).await.complete);
+    drop(server);
+}
