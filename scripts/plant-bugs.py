@@ -44,6 +44,7 @@ CORE = "crates/ringbus-core/src/"
 BUS = "crates/ringbus/src/"
 NATS = "crates/ringbus-nats/src/"
 REDIS = "crates/ringbus-redis/src/"
+RABBIT = "crates/ringbus-rabbitmq/src/"
 LINK = "crates/ringbus-link/src/"
 
 
@@ -149,13 +150,13 @@ BUGS = [
      "        );\n"
      "        let task = import::<T, R, C>",
      plain("nats", "request::a_request_topic_is_linked_one_way_per_link")),
-    ("nats import: a panic in the codec's decode is not caught",
-     NATS + "wire.rs",
+    ("links wire: a panic in the codec's decode is not caught (nats's test)",
+     LINK + "wire.rs",
      "    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)\n",
      "    codec.decode(body, meta).map_err(|_| BadInput::Decode)\n",
      plain("nats", "link::a_codec_that_panics_costs_its_message_only")),
-    ("redis import: a panic in the codec's decode is not caught",
-     REDIS + "wire.rs",
+    ("links wire: a panic in the codec's decode is not caught (redis's test)",
+     LINK + "wire.rs",
      "    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)\n",
      "    codec.decode(body, meta).map_err(|_| BadInput::Decode)\n",
      plain("redis", "streams::a_codec_that_panics_costs_its_message_only")),
@@ -215,6 +216,27 @@ BUGS = [
      "                Err(e) => {\n                    self.failed(&mut first_error, None, e);\n"
      "                    return first_error.map_or(Ok(()), Err);\n                }\n",
      plain("redis", "streams::a_message_that_cannot_be_exported_costs_only_itself")),
+    ("rabbitmq export: a batch whose channel failed is given up at once",
+     RABBIT + "export.rs",
+     "            if started.elapsed() >= link.queues.publish_retry_for {\n",
+     "            if true {\n",
+     plain("links", "cases::nothing_acknowledged_is_lost_across_a_server_kill_and_restart")),
+    ("rabbitmq import: a dead letter loses its reason",
+     RABBIT + "import.rs",
+     "        headers.insert(DEAD_REASON.into(), AMQPValue::LongString(one_line.into()));\n",
+     "",
+     plain("links", "cases::a_handler_that_gives_up_has_the_message_dead_lettered_at_once")),
+    ("rabbitmq import: a consumer that ended is never made again",
+     RABBIT + "import.rs",
+     "                reader.consumer = None;\n",
+     "",
+     plain("links", "cases::still_linked_after_the_connections_drop")),
+    ("rabbitmq import: a redelivery counts as a first delivery",
+     RABBIT + "import.rs",
+     "        if earlier > 0 || !delivery.redelivered {\n",
+     "        if earlier > 0 || !delivery.redelivered || true {\n",
+     ({}, ["cargo", "test", "-q", "-p", "ringbus-rabbitmq", "--lib", "--", "--exact",
+           "import::tests::redeliveries_are_counted_per_id_and_a_queue_count_wins"])),
     ("links: a message a handler gave up on is acked, not dead-lettered",
      LINK + "engine.rs",
      "        if failed > 0 {\n",

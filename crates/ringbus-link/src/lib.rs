@@ -10,7 +10,8 @@
 //! - [`Json`]: the default codec (`serde_json`).
 //! - [`Headers`], [`HeaderError`]: user headers, checked when inserted.
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
-//! - [`names`], [`ids`]: for engines: the reserved names they write, and message ids.
+//! - [`names`], [`ids`], [`wire`]: for engines: the reserved names they write, message ids,
+//!   and the checks every wire format makes around its framing.
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
 //!   topics, the import task, the first steps of a close), `import`: the at-least-once
 //!   import written once, over an engine's `Inbound`, and `server`: what their test-server
@@ -43,6 +44,7 @@ pub mod names;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod wire;
 
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 

@@ -3,8 +3,7 @@
 
 pub use ringbus_link::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 
-pub(crate) use ringbus_link::codec::{check_header, decode_caught, encode_caught, is_reserved};
-pub(crate) use ringbus_link::ids::next_id;
+pub(crate) use ringbus_link::codec::is_reserved;
 pub(crate) use ringbus_link::names::{
     DEAD_REASON as ERROR_HEADER, ID as ID_HEADER, ORIGIN as ORIGIN_HEADER, TOPIC as TOPIC_HEADER,
 };

@@ -135,7 +135,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                     .client
                     .publish_with_headers(self.subject.clone(), message.headers, message.body)
                     .await
-                    .map_err(|e| ExportError::Publish(e.to_string()))?;
+                    .map_err(|e| ExportError::Send(e.to_string()))?;
             }
             Some((window, pending)) => {
                 let sent = Instant::now();
@@ -144,7 +144,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 // Waits while the window is full: backpressure into the bus.
                 if window.send(Pending { ack, message, sent }).await.is_err() {
                     pending.fetch_sub(1, Ordering::Relaxed);
-                    return Err(ExportError::Publish("the link is closing".into()));
+                    return Err(ExportError::Send("the link is closing".into()));
                 }
             }
         }
@@ -195,7 +195,7 @@ async fn publish_js(
         {
             Ok(ack) => return Ok(ack),
             Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
-                return Err(ExportError::Publish(e.to_string()))
+                return Err(ExportError::Send(e.to_string()))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "ringbus-nats: JetStream publish refused; retrying");

@@ -1,63 +1,16 @@
 //! Messages to and from NATS: the link's headers around a codec's body.
 
-use std::fmt;
 use std::str::FromStr;
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 
+use ringbus_link::wire::{self, check_size};
+pub(crate) use ringbus_link::wire::{BadInput, ExportError};
+
 use crate::codec::{
-    check_header, decode_caught, encode_caught, is_reserved, next_id, Codec, CodecError,
-    HeaderError, Headers, Meta, ID_HEADER, NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
+    is_reserved, Codec, HeaderError, Headers, ID_HEADER, NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
 };
-
-/// Why a message could not be exported.
-#[derive(Debug)]
-pub(crate) enum ExportError {
-    Encode(CodecError),
-    Header(HeaderError),
-    TooLarge { bytes: usize, max: usize },
-    Publish(String),
-}
-
-impl fmt::Display for ExportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExportError::Encode(e) => write!(f, "cannot encode the message: {e}"),
-            ExportError::Header(e) => e.fmt(f),
-            ExportError::TooLarge { bytes, max } => {
-                write!(
-                    f,
-                    "the encoded message has {bytes} bytes, more than the {max} allowed"
-                )
-            }
-            ExportError::Publish(e) => write!(f, "NATS refused the publish: {e}"),
-        }
-    }
-}
-
-/// Why a message from NATS was refused.
-#[derive(Debug)]
-pub(crate) enum BadInput {
-    TooLarge { bytes: usize, max: usize },
-    MissingHeader(&'static str),
-    WrongTopic,
-    Decode,
-}
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BadInput::TooLarge { bytes, max } => {
-                write!(f, "the body has {bytes} bytes, more than the {max} allowed")
-            }
-            BadInput::MissingHeader(h) => write!(f, "the required header {h} is missing"),
-            BadInput::WrongTopic => f.write_str("the topic header names another topic"),
-            // The codec's error may quote the body: only its kind is kept.
-            BadInput::Decode => f.write_str("the body does not decode"),
-        }
-    }
-}
 
 /// An encoded message, ready to publish (and to re-send: cloning is cheap).
 #[derive(Clone, Debug)]
@@ -90,22 +43,14 @@ pub(crate) fn encode<T, C: Codec<T>>(
 ) -> Result<Outgoing, ExportError> {
     // Sized from the caller's last body: JSON grown from empty reallocates 4-8 times.
     let mut body = Vec::with_capacity(capacity.min(max));
-    let mut meta = Meta::default();
-    encode_caught(codec, msg, &mut body, &mut meta).map_err(ExportError::Encode)?;
-    if body.len() > max {
-        return Err(ExportError::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
+    let out = wire::encode(codec, msg, max, &mut body)?;
     let mut headers = HeaderMap::new();
-    for (name, value) in meta.headers.iter() {
-        // A custom codec may have filled `Headers` through `insert`, which checks; check
-        // again anyway, never trusting `HeaderMap::insert(&str, &str)` (it panics).
-        check_header(name, value).map_err(ExportError::Header)?;
+    for (name, value) in out.headers.iter() {
+        // Checked by `wire::encode`; `HeaderMap::insert(&str, &str)` is still never trusted
+        // (it panics on a name it cannot take).
         set(&mut headers, name, value).map_err(ExportError::Header)?;
     }
-    let id = meta.id.unwrap_or_else(next_id);
+    let id = out.id;
     set_known(&mut headers, HeaderName::from_static(TOPIC_HEADER), topic)
         .map_err(ExportError::Header)?;
     set_known(&mut headers, HeaderName::from_static(ID_HEADER), &id)
@@ -135,22 +80,17 @@ pub(crate) fn decode<T, C: Codec<T>>(
     body: &[u8],
     max: usize,
 ) -> Result<T, BadInput> {
-    if body.len() > max {
-        return Err(BadInput::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
-    let headers = headers.ok_or(BadInput::MissingHeader(TOPIC_HEADER))?;
+    check_size(body, max)?;
+    let headers = headers.ok_or(BadInput::Missing(TOPIC_HEADER))?;
     let named = headers
         .get(TOPIC_HEADER)
-        .ok_or(BadInput::MissingHeader(TOPIC_HEADER))?;
+        .ok_or(BadInput::Missing(TOPIC_HEADER))?;
     if named.as_str() != topic {
         return Err(BadInput::WrongTopic);
     }
     let id = headers
         .get(ID_HEADER)
-        .ok_or(BadInput::MissingHeader(ID_HEADER))?
+        .ok_or(BadInput::Missing(ID_HEADER))?
         .to_string();
     let mut user = Headers::new();
     for (name, values) in headers.iter() {
@@ -162,16 +102,13 @@ pub(crate) fn decode<T, C: Codec<T>>(
             user.insert_unchecked(name.to_string(), value.to_string());
         }
     }
-    let meta = Meta {
-        id: Some(id),
-        headers: user,
-    };
-    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
+    wire::decode(codec, body, id, user)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::{CodecError, Meta};
     use crate::{Envelope, Json};
 
     #[test]
@@ -195,7 +132,7 @@ mod tests {
         let out = encode(&Json, &5u32, "n", None, 1024, 0).unwrap();
         assert!(matches!(
             decode::<u32, _>(&Json, "n", None, &out.body, 1024),
-            Err(BadInput::MissingHeader(_))
+            Err(BadInput::Missing(_))
         ));
         assert!(matches!(
             decode::<u32, _>(&Json, "other", Some(&out.headers), &out.body, 1024),

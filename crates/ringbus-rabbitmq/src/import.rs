@@ -416,3 +416,36 @@ impl Inbound for Import {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use lapin::message::Delivery;
+    use lapin::types::{AMQPValue, FieldTable};
+    use lapin::BasicProperties;
+
+    use super::Counts;
+
+    fn delivery(id: &str, redelivered: bool, earlier: Option<i64>) -> Delivery {
+        let mut headers = FieldTable::default();
+        headers.insert("Ringbus-Id".into(), AMQPValue::LongString(id.into()));
+        if let Some(n) = earlier {
+            headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(n));
+        }
+        let mut d = Delivery::mock(1, "x".into(), "t".into(), redelivered, Vec::new());
+        d.properties = BasicProperties::default().with_headers(headers);
+        d
+    }
+
+    #[test]
+    fn redeliveries_are_counted_per_id_and_a_queue_count_wins() {
+        let mut counts = Counts::new(2);
+        assert_eq!(counts.count(&delivery("a", false, None)), 1);
+        assert_eq!(counts.count(&delivery("a", true, None)), 2);
+        assert_eq!(counts.count(&delivery("a", true, None)), 3);
+        assert_eq!(counts.count(&delivery("b", true, None)), 2);
+        assert_eq!(counts.count(&delivery("c", true, None)), 2);
+        // "a" was the oldest of three ids in a window of two: forgotten, counted from 2.
+        assert_eq!(counts.count(&delivery("a", true, None)), 2);
+        assert_eq!(counts.count(&delivery("d", true, Some(6))), 7);
+    }
+}

@@ -8,65 +8,16 @@
 //! (`x-delivery-count`, `x-death`, ...) are not user headers: an import leaves every `x-*`
 //! name out.
 
-use std::fmt;
-
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
-use ringbus_link::codec::{check_header, decode_caught, encode_caught, is_reserved};
-use ringbus_link::ids::next_id;
+use ringbus_link::codec::{check_header, is_reserved};
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
-use ringbus_link::{Codec, CodecError, HeaderError, Headers, Meta};
+use ringbus_link::wire::{self, check_size};
+pub(crate) use ringbus_link::wire::{BadInput, ExportError};
+use ringbus_link::{Codec, Headers};
 
 /// The header in which a quorum queue counts a message's earlier deliveries.
 pub(crate) const DELIVERY_COUNT: &str = "x-delivery-count";
-
-/// Why a message could not be exported.
-#[derive(Debug)]
-pub(crate) enum ExportError {
-    Encode(CodecError),
-    Header(HeaderError),
-    TooLarge { bytes: usize, max: usize },
-    Send(String),
-}
-
-impl fmt::Display for ExportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExportError::Encode(e) => write!(f, "cannot encode the message: {e}"),
-            ExportError::Header(e) => e.fmt(f),
-            ExportError::TooLarge { bytes, max } => write!(
-                f,
-                "the encoded message has {bytes} bytes, more than the {max} allowed"
-            ),
-            ExportError::Send(e) => write!(f, "RabbitMQ did not confirm the message: {e}"),
-        }
-    }
-}
-
-/// Why a message from RabbitMQ was refused.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum BadInput {
-    TooLarge { bytes: usize, max: usize },
-    MissingHeader(&'static str),
-    WrongTopic,
-    NotText(String),
-    Decode,
-}
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BadInput::TooLarge { bytes, max } => {
-                write!(f, "the body has {bytes} bytes, more than the {max} allowed")
-            }
-            BadInput::MissingHeader(name) => write!(f, "the required header {name} is missing"),
-            BadInput::WrongTopic => f.write_str("the topic header names another topic"),
-            BadInput::NotText(name) => write!(f, "the header {name:?} is not UTF-8 text"),
-            // The codec's error may quote the body: only its kind is kept.
-            BadInput::Decode => f.write_str("the body does not decode"),
-        }
-    }
-}
 
 /// An encoded message, ready to publish: its id, and the properties that carry it with the
 /// topic, the origin and the user headers (its body is in the buffer `encode` was given).
@@ -74,14 +25,6 @@ impl fmt::Display for BadInput {
 pub(crate) struct Outgoing {
     pub(crate) id: String,
     pub(crate) properties: BasicProperties,
-}
-
-/// Ids follow the rule of header values (no line breaks, no padding), as on every link.
-fn check_id(id: &str) -> Result<(), HeaderError> {
-    if id.is_empty() || id.contains(['\r', '\n']) || id.trim() != id || id.len() > 255 {
-        return Err(HeaderError::bad_value(ID));
-    }
-    Ok(())
 }
 
 fn text(value: &str) -> AMQPValue {
@@ -98,31 +41,25 @@ pub(crate) fn encode<T, C: Codec<T>>(
     max: usize,
     body: &mut Vec<u8>,
 ) -> Result<Outgoing, ExportError> {
-    body.clear();
-    let mut meta = Meta::default();
-    encode_caught(codec, msg, body, &mut meta).map_err(ExportError::Encode)?;
-    if body.len() > max {
-        return Err(ExportError::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
-    let id = meta.id.unwrap_or_else(next_id);
-    check_id(&id).map_err(ExportError::Header)?;
+    let out = wire::encode(codec, msg, max, body)?;
     let mut headers = FieldTable::default();
     headers.insert(TOPIC.into(), text(topic));
-    headers.insert(ID.into(), text(&id));
+    headers.insert(ID.into(), text(&out.id));
     headers.insert(ORIGIN.into(), text(origin));
-    for (name, value) in meta.headers.iter() {
-        // A custom codec may have filled `Headers` without `insert`'s check: check again.
-        check_header(name, value).map_err(ExportError::Header)?;
+    for (name, value) in out.headers.iter() {
         headers.insert(name.into(), text(value));
     }
-    let properties = BasicProperties::default()
-        .with_message_id(ShortString::from(id.as_str()))
+    let mut properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers);
-    Ok(Outgoing { id, properties })
+    // AMQP's message-id is a short string (at most 255 bytes); `Ringbus-Id` carries any id.
+    if out.id.len() <= 255 {
+        properties = properties.with_message_id(ShortString::from(out.id.as_str()));
+    }
+    Ok(Outgoing {
+        id: out.id,
+        properties,
+    })
 }
 
 /// A header's value as text, if it is text.
@@ -173,16 +110,11 @@ pub(crate) fn decode<T, C: Codec<T>>(
     body: &[u8],
     max: usize,
 ) -> Result<T, BadInput> {
-    if body.len() > max {
-        return Err(BadInput::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
+    check_size(body, max)?;
     let empty = FieldTable::default();
     let fields = properties.headers().as_ref().unwrap_or(&empty);
     let required = |name: &'static str| -> Result<&str, BadInput> {
-        header_text(fields, name).ok_or(BadInput::MissingHeader(name))?
+        header_text(fields, name).ok_or(BadInput::Missing(name))?
     };
     if required(TOPIC)? != topic {
         return Err(BadInput::WrongTopic);
@@ -201,11 +133,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
         }
         headers.insert_unchecked(name.to_string(), value.to_string());
     }
-    let meta = Meta {
-        id: Some(id),
-        headers,
-    };
-    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
+    wire::decode(codec, body, id, headers)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use crate::conn::is_connection_error;
 use crate::error::LinkError;
 use crate::link::LinkShared;
 use crate::stats::add;
-use crate::wire::{encode, ExportError};
+use crate::wire::{encode, fields, ExportError};
 
 /// What `close` needs of a running export.
 pub(crate) struct ExportTask {
@@ -83,7 +83,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             }
             match encode(&self.codec, msg, self.link.max_message_bytes, &mut body) {
                 Ok(message) => {
-                    let fields = message.fields(&self.topic, &self.link.id, &body);
+                    let fields = fields(&message, &self.topic, &self.link.id, &body);
                     pipe.add_command(xadd_cmd(&self.link, &self.key, fields));
                     ids.push(message.id);
                 }

@@ -6,127 +6,32 @@
 //! `Headers` refuse it). Stream fields are binary safe; ids and headers are still held to the
 //! rules every link shares, so a message type sends the same headers over NATS and Redis.
 
-use std::fmt;
-
 use redis::Value;
-use ringbus_link::codec::{check_header, decode_caught, encode_caught, is_reserved};
-use ringbus_link::ids::next_id;
+use ringbus_link::codec::{check_header, is_reserved};
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
-use ringbus_link::{Codec, CodecError, HeaderError, Headers, Meta};
+use ringbus_link::wire::{self, check_size};
+pub(crate) use ringbus_link::wire::{encode, BadInput, ExportError, Outgoing};
+use ringbus_link::{Codec, Headers};
 
 /// The field that holds the body.
 pub(crate) const BODY: &str = "Ringbus-Body";
 
-/// Why a message could not be exported.
-#[derive(Debug)]
-pub(crate) enum ExportError {
-    Encode(CodecError),
-    Header(HeaderError),
-    TooLarge { bytes: usize, max: usize },
-    Send(String),
-}
-
-impl fmt::Display for ExportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExportError::Encode(e) => write!(f, "cannot encode the message: {e}"),
-            ExportError::Header(e) => e.fmt(f),
-            ExportError::TooLarge { bytes, max } => write!(
-                f,
-                "the encoded message has {bytes} bytes, more than the {max} allowed"
-            ),
-            ExportError::Send(e) => write!(f, "Redis did not store the message: {e}"),
-        }
-    }
-}
-
-/// Why a stream entry was refused.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum BadInput {
-    TooLarge { bytes: usize, max: usize },
-    MissingField(&'static str),
-    WrongTopic,
-    NotText(String),
-    Decode,
-}
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BadInput::TooLarge { bytes, max } => {
-                write!(f, "the body has {bytes} bytes, more than the {max} allowed")
-            }
-            BadInput::MissingField(name) => write!(f, "the required field {name} is missing"),
-            BadInput::WrongTopic => f.write_str("the topic field names another topic"),
-            BadInput::NotText(name) => write!(f, "the field {name:?} is not UTF-8 text"),
-            // The codec's error may quote the body: only its kind is kept.
-            BadInput::Decode => f.write_str("the body does not decode"),
-        }
-    }
-}
-
-/// An encoded message's id and headers (its body is in the buffer `encode` was given).
-#[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) id: String,
-    headers: Headers,
-}
-
-impl Outgoing {
-    /// The message's XADD field/value pairs, `body` last: its topic, id, origin link, the
-    /// user headers and the body, borrowed (the command copies them once, into its buffer).
-    pub(crate) fn fields<'a>(
-        &'a self,
-        topic: &'a str,
-        origin: &'a str,
-        body: &'a [u8],
-    ) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
-        [
-            (TOPIC, topic.as_bytes()),
-            (ID, self.id.as_bytes()),
-            (ORIGIN, origin.as_bytes()),
-        ]
-        .into_iter()
-        .chain(self.headers.iter().map(|(n, v)| (n, v.as_bytes())))
-        .chain(std::iter::once((BODY, body)))
-    }
-}
-
-/// Ids follow the rule of header values (no line breaks, no padding), as on every link.
-fn check_id(id: &str) -> Result<(), HeaderError> {
-    if id.is_empty() || id.contains(['\r', '\n']) || id.trim() != id {
-        return Err(HeaderError::bad_value(ID));
-    }
-    Ok(())
-}
-
-/// Encodes `msg` into `body` (emptied first: one buffer serves a whole batch, its
-/// allocation kept); the rest of the entry is in the returned [`Outgoing`].
-pub(crate) fn encode<T, C: Codec<T>>(
-    codec: &C,
-    msg: &T,
-    max: usize,
-    body: &mut Vec<u8>,
-) -> Result<Outgoing, ExportError> {
-    body.clear();
-    let mut meta = Meta::default();
-    encode_caught(codec, msg, body, &mut meta).map_err(ExportError::Encode)?;
-    if body.len() > max {
-        return Err(ExportError::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
-    let id = meta.id.unwrap_or_else(next_id);
-    check_id(&id).map_err(ExportError::Header)?;
-    for (name, value) in meta.headers.iter() {
-        // A custom codec may have filled `Headers` without `insert`'s check: check again.
-        check_header(name, value).map_err(ExportError::Header)?;
-    }
-    Ok(Outgoing {
-        id,
-        headers: meta.headers,
-    })
+/// An encoded message's XADD field/value pairs, `body` last: its topic, id, origin link,
+/// the user headers and the body, borrowed (the command copies them once, into its buffer).
+pub(crate) fn fields<'a>(
+    out: &'a Outgoing,
+    topic: &'a str,
+    origin: &'a str,
+    body: &'a [u8],
+) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+    [
+        (TOPIC, topic.as_bytes()),
+        (ID, out.id.as_bytes()),
+        (ORIGIN, origin.as_bytes()),
+    ]
+    .into_iter()
+    .chain(out.headers.iter().map(|(n, v)| (n, v.as_bytes())))
+    .chain(std::iter::once((BODY, body)))
 }
 
 /// A stream entry's fields, in the order Redis gave them. An entry has a handful: a list is
@@ -196,7 +101,7 @@ pub(crate) fn bytes(value: &Value) -> Option<&[u8]> {
 
 /// A field's value as text.
 pub(crate) fn text<'a>(fields: &'a Fields, name: &'static str) -> Result<&'a str, BadInput> {
-    let value = fields.get(name).ok_or(BadInput::MissingField(name))?;
+    let value = fields.get(name).ok_or(BadInput::Missing(name))?;
     let raw = bytes(value).ok_or(BadInput::NotText(name.to_string()))?;
     std::str::from_utf8(raw).map_err(|_| BadInput::NotText(name.to_string()))
 }
@@ -221,13 +126,8 @@ pub(crate) fn decode<T, C: Codec<T>>(
     let body = fields
         .get(BODY)
         .and_then(bytes)
-        .ok_or(BadInput::MissingField(BODY))?;
-    if body.len() > max {
-        return Err(BadInput::TooLarge {
-            bytes: body.len(),
-            max,
-        });
-    }
+        .ok_or(BadInput::Missing(BODY))?;
+    check_size(body, max)?;
     if text(fields, TOPIC)? != topic {
         return Err(BadInput::WrongTopic);
     }
@@ -245,11 +145,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
         }
         headers.insert_unchecked(name.to_string(), value.to_string());
     }
-    let meta = Meta {
-        id: Some(id),
-        headers,
-    };
-    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)
+    wire::decode(codec, body, id, headers)
 }
 
 #[cfg(test)]
@@ -258,7 +154,7 @@ mod tests {
     use ringbus_link::{Envelope, Json};
 
     fn as_entry(out: &Outgoing, topic: &str, body: &[u8]) -> Fields {
-        out.fields(topic, "me", body)
+        fields(out, topic, "me", body)
             .map(|(k, v)| (k.to_string(), Value::BulkString(v.to_vec())))
             .collect()
     }
@@ -331,7 +227,7 @@ mod tests {
         no_id.0.retain(|(n, _)| n != ID);
         assert_eq!(
             decode::<u32, _>(&Json, "n", &no_id, 1024).unwrap_err(),
-            BadInput::MissingField(ID)
+            BadInput::Missing(ID)
         );
         let mut bad_header = entry.clone();
         bad_header
