@@ -12,6 +12,7 @@
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
 //! - [`names`], [`ids`], [`wire`]: for engines: the reserved names they write, message ids,
 //!   and the checks every wire format makes around its framing.
+//! - `LinkError` (feature `engine`): the error of every engine's link.
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
 //!   topics, the import task, the first steps of a close), `import`: the at-least-once
 //!   import written once, over an engine's `Inbound`, and `server`: what their test-server
@@ -36,6 +37,8 @@
 pub mod codec;
 #[cfg(feature = "engine")]
 pub mod engine;
+#[cfg(feature = "engine")]
+mod error;
 pub mod ids;
 #[cfg(feature = "engine")]
 pub mod import;
@@ -47,6 +50,8 @@ pub mod testing;
 pub mod wire;
 
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
+#[cfg(feature = "engine")]
+pub use error::LinkError;
 
 /// The longest wait a link takes as given: 30 years. A longer one in a link's options, such
 /// as `Duration::MAX` for "no limit", counts as this. Engines turn waits into instants and

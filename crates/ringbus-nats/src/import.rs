@@ -92,14 +92,14 @@ where
             let consumer: jetstream::consumer::Consumer<pull::Config> = stream
                 .get_or_create_consumer(&durable, config.clone())
                 .await
-                .map_err(|e| LinkError::JetStream(e.to_string()))?;
+                .map_err(|e| LinkError::setup(e.to_string()))?;
             // The name keeps only letters, digits and '-' of the topic, so two topics can
             // map to one consumer ("orders.eu" and "orders_eu"): one that already reads
             // another subject is not ours, and reading it would take the other topic's
             // messages (and leave ours unread).
             let reads = &consumer.cached_info().config.filter_subject;
             if *reads != subject {
-                return Err(LinkError::JetStream(format!(
+                return Err(LinkError::setup(format!(
                     "the durable consumer \"{durable}\" for topic \"{topic}\" already reads \
                      \"{reads}\", not \"{subject}\": two topics map to that name (it keeps \
                      only letters, digits and '-'); rename one, or import it with another \
@@ -166,10 +166,10 @@ pub(crate) async fn core_subscribe(
                 .await
         }
     };
-    let subscriber = subscribed.map_err(|e| LinkError::Subscribe(e.to_string()))?;
+    let subscriber = subscribed.map_err(|e| LinkError::setup(e.to_string()))?;
     link.round_trip()
         .await
-        .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+        .map_err(|e| LinkError::setup(e.to_string()))?;
     Ok(subscriber)
 }
 

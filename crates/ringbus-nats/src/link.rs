@@ -149,7 +149,7 @@ impl LinkBuilder {
         if dead_letter_prefix == self.prefix
             || dead_letter_prefix.starts_with(&format!("{}.", self.prefix))
         {
-            return Err(LinkError::BadSubject {
+            return Err(LinkError::BadName {
                 what: "dead-letter prefix",
                 name: dead_letter_prefix,
                 reason: "it must not lie under the topic prefix",
@@ -167,7 +167,7 @@ impl LinkBuilder {
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .collect();
-        let client = options.connect(urls).await.map_err(LinkError::Connect)?;
+        let client = options.connect(urls).await.map_err(LinkError::connect)?;
         counters.set_state(ConnectionState::Connected);
         let id = next_link_id();
         let max_message_bytes = self
@@ -219,7 +219,7 @@ impl LinkBuilder {
             Auth::NKey(seed) => ConnectOptions::with_nkey(seed.clone()),
             Auth::CredsFile(path) => ConnectOptions::with_credentials_file(path)
                 .await
-                .map_err(LinkError::Credentials)?,
+                .map_err(LinkError::connect)?,
         };
         if self.tls.required {
             options = options.require_tls(true);
@@ -318,7 +318,7 @@ impl LinkShared {
         subject: &str,
     ) -> Result<jetstream::stream::Stream, LinkError> {
         let _one_at_a_time = self.stream_setup.lock().await;
-        let js_err = |e: &dyn fmt::Display| LinkError::JetStream(e.to_string());
+        let js_err = |e: &dyn fmt::Display| LinkError::setup(e.to_string());
         let dead = format!("{}.>", self.dead_letter_prefix);
         let config = jetstream::stream::Config {
             name: self.stream_name.clone(),
@@ -532,7 +532,7 @@ impl Link {
     ///
     /// Instances in different groups (or fan-out importers) each receive every message. The
     /// group must be usable in a NATS subject: an empty name, whitespace or a wildcard is a
-    /// [`LinkError::BadSubject`] here.
+    /// [`LinkError::BadName`] here.
     ///
     /// # Cancel safety
     ///

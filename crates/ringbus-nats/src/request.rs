@@ -398,7 +398,7 @@ impl Link {
     ///
     /// # Errors
     ///
-    /// A topic NATS cannot route ([`LinkError::BadSubject`]); a topic this link already
+    /// A topic NATS cannot route ([`LinkError::BadName`]); a topic this link already
     /// exports or imports ([`LinkError::AlreadyLinked`]: a request topic is linked one way,
     /// since a link that did both would send the requests it imports out again); a topic of
     /// another type ([`LinkError::Bus`]); a closed link.
@@ -595,7 +595,7 @@ where
         .client
         .subscribe(format!("{inbox}.*"))
         .await
-        .map_err(|e| LinkError::Subscribe(e.to_string()))?;
+        .map_err(|e| LinkError::setup(e.to_string()))?;
     let topic: Arc<str> = Arc::from(topic);
     let codec = Arc::new(codec);
     let count = Arc::new(AtomicU64::new(0));

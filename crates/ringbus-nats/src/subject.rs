@@ -5,7 +5,7 @@ use crate::error::LinkError;
 /// Checks that `s` is a publishable NATS subject (or a part of one): dot-separated tokens,
 /// none empty, no whitespace or control characters, no wildcards.
 pub(crate) fn check(s: &str, what: &'static str) -> Result<(), LinkError> {
-    let bad = |reason: &'static str| LinkError::BadSubject {
+    let bad = |reason: &'static str| LinkError::BadName {
         what,
         name: s.escape_debug().to_string(),
         reason,
@@ -77,7 +77,7 @@ mod tests {
         ] {
             let err = subject("app", topic).unwrap_err();
             assert!(
-                matches!(err, LinkError::BadSubject { what: "topic", .. }),
+                matches!(err, LinkError::BadName { what: "topic", .. }),
                 "{topic:?}: {err}"
             );
         }

@@ -96,10 +96,10 @@ where
 {
     let local = link.bus.topic::<T>(topic)?;
     let queue = link.queue(topic, group);
-    let channel = link.conn.channel().await.map_err(LinkError::Connect)?;
+    let channel = link.conn.channel().await.map_err(LinkError::connect)?;
     declare(link, &channel, &queue, topic)
         .await
-        .map_err(|e| LinkError::Topology(e.to_string()))?;
+        .map_err(|e| LinkError::setup(e.to_string()))?;
     let import = Import {
         link: link.clone(),
         topic: topic.to_string(),
@@ -110,7 +110,7 @@ where
     let consumer = import
         .consume(&channel)
         .await
-        .map_err(|e| LinkError::Topology(e.to_string()))?;
+        .map_err(|e| LinkError::setup(e.to_string()))?;
     tracing::info!(topic, queue = %import.queue, "ringbus-rabbitmq: importing");
     let reader = Reader {
         consumer: Some(consumer),

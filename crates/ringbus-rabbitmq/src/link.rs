@@ -122,7 +122,7 @@ impl LinkBuilder {
             self.connection_timeout,
             counters.clone(),
         );
-        let channel = conn.channel().await.map_err(LinkError::Connect)?;
+        let channel = conn.channel().await.map_err(LinkError::connect)?;
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..ExchangeDeclareOptions::default()
@@ -136,7 +136,7 @@ impl LinkBuilder {
                     FieldTable::default(),
                 )
                 .await
-                .map_err(|e| LinkError::Topology(e.to_string()))?;
+                .map_err(|e| LinkError::setup(e.to_string()))?;
         }
         let _ = channel.close(200, "declared".into()).await;
         tracing::info!(link = %id, exchange = %self.prefix, "ringbus-rabbitmq link connected");

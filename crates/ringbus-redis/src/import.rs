@@ -110,7 +110,7 @@ where
     let key = link.stream_key(topic);
     create_group(link, &key, group)
         .await
-        .map_err(LinkError::Group)?;
+        .map_err(LinkError::setup)?;
     // A blocking read answers within its BLOCK; past that plus the response timeout, the
     // connection is taken for lost (a server gone without closing the socket).
     let reads = Conn::new(

@@ -81,9 +81,9 @@ impl LinkBuilder {
                 root_cert: Some(root.clone()),
             };
             return Client::build_with_tls(self.url.as_str(), certificates)
-                .map_err(LinkError::Connect);
+                .map_err(LinkError::connect);
         }
-        Client::open(self.url.as_str()).map_err(LinkError::Connect)
+        Client::open(self.url.as_str()).map_err(LinkError::connect)
     }
 
     /// The key prefix: topic `t` travels in the stream `<prefix>:t`. Default: `ringbus`.
@@ -161,7 +161,7 @@ impl LinkBuilder {
         commands
             .query::<()>(&redis::cmd("PING"))
             .await
-            .map_err(LinkError::Connect)?;
+            .map_err(LinkError::connect)?;
         let id = next_link_id();
         let consumer = self.streams.consumer.clone().unwrap_or_else(|| id.clone());
         tracing::info!(link = %id, prefix = %self.prefix, "ringbus-redis link connected");

@@ -24,7 +24,7 @@
 //! the "no responders" status for a request nobody subscribes to, and `max_payload`.
 //! What it does not: JetStream (its API answers with an error, so a
 //! [`Mode::JetStream`](crate::Mode::JetStream) export or import is a
-//! [`LinkError::JetStream`](crate::LinkError::JetStream) naming the stand-in), clustering,
+//! [`LinkError::Setup`](crate::LinkError::Setup) naming the stand-in), clustering,
 //! TLS and authentication (credentials are accepted and not checked), and the slow-consumer
 //! cut-off (a client that stops reading slows its senders down instead).
 
@@ -51,7 +51,7 @@ const NO_RESPONDERS: &[u8] = b"NATS/1.0 503\r\n\r\n";
 /// export, import, [`link_both`](crate::Link::link_both), shared imports (queue groups),
 /// headers and ids, request/reply (with the server's "no responders" answer), and
 /// [`Link::close`](crate::Link::close). JetStream is not implemented: linking a topic in
-/// [`Mode::JetStream`](crate::Mode::JetStream) is a [`LinkError::JetStream`](crate::LinkError)
+/// [`Mode::JetStream`](crate::Mode::JetStream) is a [`LinkError::Setup`](crate::LinkError)
 /// that says so. Credentials and TLS are not checked.
 ///
 /// It needs no async runtime (it runs on threads) and stops when dropped: the listener

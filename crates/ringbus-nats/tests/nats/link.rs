@@ -93,14 +93,14 @@ async fn bad_topics_and_prefixes_are_refused_when_the_link_is_made() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, LinkError::BadSubject { what: "prefix", .. }),
+        matches!(err, LinkError::BadName { what: "prefix", .. }),
         "{err}"
     );
     let link = Link::builder(server.url()).connect(&bus).await.unwrap();
     for topic in ["", "a b", "a.>", "x..y"] {
         let err = link.export::<u64>(topic, Mode::Core).await.unwrap_err();
         assert!(
-            matches!(err, LinkError::BadSubject { what: "topic", .. }),
+            matches!(err, LinkError::BadName { what: "topic", .. }),
             "{err}"
         );
         let err = link
@@ -108,7 +108,7 @@ async fn bad_topics_and_prefixes_are_refused_when_the_link_is_made() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, LinkError::BadSubject { what: "topic", .. }),
+            matches!(err, LinkError::BadName { what: "topic", .. }),
             "{err}"
         );
     }
@@ -408,7 +408,7 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
         .await
         .unwrap();
     match inn.import::<u64>("orders_eu", Mode::JetStream).await {
-        Err(LinkError::JetStream(why)) => assert!(why.contains("already reads"), "{why}"),
+        Err(LinkError::Setup(why)) => assert!(why.to_string().contains("already reads"), "{why}"),
         other => panic!("expected a clash error, got {other:?}"),
     }
     for n in 0..20u64 {

@@ -8,7 +8,6 @@
 //! `just test` run them with `cargo test -p ringbus-nats --test nats -- --ignored --skip fifty`.
 
 mod cluster;
-mod errors;
 mod link;
 mod memory;
 mod request;

@@ -172,7 +172,7 @@ async fn a_group_nats_cannot_route_is_refused_at_import() {
             assert!(
                 matches!(
                     err,
-                    LinkError::BadSubject {
+                    LinkError::BadName {
                         what: "queue group",
                         ..
                     }

@@ -10,7 +10,6 @@
 //! wrong behaviour [`ABSENT`] to show itself: that window can only make such a check pass
 //! when it should have failed, never the other way.
 
-mod errors;
 mod send_sync;
 mod streams;
 
