@@ -216,6 +216,12 @@ BUGS = [
      "                Err(e) => {\n                    self.failed(&mut first_error, None, e);\n"
      "                    return first_error.map_or(Ok(()), Err);\n                }\n",
      plain("redis", "streams::a_message_that_cannot_be_exported_costs_only_itself")),
+    ("nats import: a message given back is never nacked (it waits for ack_wait)",
+     NATS + "import.rs",
+     "        settle(&self.link, message, AckKind::Nak(delay)).await\n",
+     "        let _ = (message, delay);\n        true\n",
+     plain("links",
+           "cases::a_message_given_back_while_closing_comes_again_after_the_nack_delay")),
     ("rabbitmq export: a batch whose channel failed is given up at once",
      RABBIT + "export.rs",
      "            if started.elapsed() >= link.queues.publish_retry_for {\n",

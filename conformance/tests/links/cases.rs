@@ -174,6 +174,47 @@ async fn close_finishes_in_flight_work_within_its_deadline_and_later_publishes_e
     }
 }
 
+/// A message a subscriber never handled because the bus's bounded close stopped it is given
+/// back while the link closes, and comes again (to the next importer of the same group)
+/// after the nack delay: not after the server's own redelivery timeout (JetStream's
+/// `ack_wait`, 5 s in this suite), and not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_given_back_while_closing_comes_again_after_the_nack_delay() {
+    for kind in at_least_once() {
+        let Some(mut pair) = Pair::new(kind).await else {
+            continue;
+        };
+        // A second subscriber that never finishes: the bounded close stops it.
+        let _stuck = pair
+            .subscriber
+            .subscribe(TOPIC, |_: &Msg| std::future::pending::<()>())
+            .unwrap();
+        pair.publish(item(1)).await;
+        assert_eq!(pair.next().await.body.n, 1, "{kind:?}");
+        let sub_link = pair.sub_link.take().unwrap();
+        let bounded = Context::new().with_timeout(Duration::from_millis(300));
+        let (report, _) = tokio::join!(
+            sub_link.close_report(WAIT),
+            pair.subscriber.close_with(&bounded)
+        );
+        assert!(report.0, "{kind:?}: {}", report.1);
+        let stats = sub_link.stats();
+        assert_eq!((stats.acked, stats.nacked), (0, 1), "{kind:?}: {stats:?}");
+        let closed = tokio::time::Instant::now();
+        let (bus, again, mut seen) = pair.subscriber_again().await;
+        let got = tokio::time::timeout(WAIT, seen.recv()).await;
+        assert_eq!(got, Ok(Some(1)), "{kind:?}");
+        assert!(
+            closed.elapsed() < Duration::from_secs(4),
+            "{kind:?}: given back only after {:?}",
+            closed.elapsed()
+        );
+        again.close(kind).await;
+        bus.close().await;
+        pair.close().await;
+    }
+}
+
 /// A failing handler is retried by its own retry policy, in process, on every transport: the
 /// broker delivers the message once and has it acknowledged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,7 +176,14 @@ impl AnyLink {
 
     /// Closes the link giving it `timeout`, and asserts the report says it finished.
     pub(crate) async fn close_with_deadline(&self, kind: Kind, timeout: Duration) {
-        let (complete, report) = match self {
+        let (complete, report) = self.close_report(timeout).await;
+        assert!(complete, "{kind:?}: {report}");
+    }
+
+    /// Closes the link giving it `timeout`: whether its report says it finished, and the
+    /// report.
+    pub(crate) async fn close_report(&self, timeout: Duration) -> (bool, String) {
+        match self {
             AnyLink::Nats(link) => {
                 let r = link.close(timeout).await;
                 (r.complete, format!("{r:?}"))
@@ -189,8 +196,7 @@ impl AnyLink {
                 let r = link.close(timeout).await;
                 (r.complete, format!("{r:?}"))
             }
-        };
-        assert!(complete, "{kind:?}: {report}");
+        }
     }
 
     /// The last dead letter of `TOPIC`, read from the engine.
@@ -520,6 +526,39 @@ impl Pair {
             }
             None => panic!("{:?} has no server", self.kind),
         }
+    }
+
+    /// A second subscriber side on the same server, importing `TOPIC` as the first did (the
+    /// same durable consumer, group or queue): the numbers of the messages its handler sees.
+    pub(crate) async fn subscriber_again(&self) -> (Bus, AnyLink, mpsc::UnboundedReceiver<u64>) {
+        let bus = Bus::new();
+        let (tx, seen) = mpsc::unbounded_channel();
+        bus.subscribe(TOPIC, move |m: &Msg| {
+            let _ = tx.send(m.body().n);
+            async {}
+        })
+        .unwrap();
+        let link = match &self.server {
+            Some(Server::Redis(server)) => {
+                let link = redis_link(server.url(), &bus).await;
+                link.import::<Msg>(TOPIC).await.unwrap();
+                AnyLink::Redis(link)
+            }
+            Some(Server::Rabbit(server)) => {
+                let link = rabbit_link(server.url(), &bus).await;
+                link.import::<Msg>(TOPIC).await.unwrap();
+                AnyLink::Rabbit(link, server.url())
+            }
+            Some(Server::Nats(server)) if self.kind == Kind::JetStream => {
+                let link = nats_link(server.url(), &bus).await;
+                link.import::<Msg>(TOPIC, ringbus_nats::Mode::JetStream)
+                    .await
+                    .unwrap();
+                AnyLink::Nats(link)
+            }
+            _ => panic!("{:?}: an at-least-once transport only", self.kind),
+        };
+        (bus, link, seen)
     }
 
     /// Closes the publisher's link (flushing exports), then its bus.
