@@ -15,17 +15,16 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use ringbus::{Handler, HandlerError, SubscribeOptions, Subscription};
-use ringbus_link::engine::Export;
+use ringbus::{Handler, HandlerError, SubscribeOptions};
 use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::codec::Codec;
 use crate::error::LinkError;
-use crate::link::LinkShared;
 use crate::options::Mode;
+use crate::shared::LinkShared;
 use crate::stats::add;
+use crate::task::ExportTask;
 use crate::wire::{encode, ExportError, Outgoing};
 
 /// A JetStream export awaiting its ack.
@@ -33,70 +32,6 @@ struct Pending {
     ack: PublishAckFuture,
     message: Outgoing,
     sent: Instant,
-}
-
-/// What `close` needs of a running export.
-pub(crate) struct ExportTask {
-    topic: String,
-    subscription: Subscription,
-    acker: Option<(JoinHandle<()>, Arc<AtomicU64>)>,
-}
-
-impl ExportTask {
-    /// An export whose `acker`, if any, ends once the subscription's handler is dropped and
-    /// its work is confirmed; the counter is the work not yet confirmed.
-    pub(crate) fn new(
-        topic: String,
-        subscription: Subscription,
-        acker: Option<(JoinHandle<()>, Arc<AtomicU64>)>,
-    ) -> Self {
-        Self {
-            topic,
-            subscription,
-            acker,
-        }
-    }
-}
-
-impl Export for ExportTask {
-    /// Unsubscribes (the subscriber first hands over everything queued for it), then waits
-    /// for the acks. `Err(n)`: at most `n` exports were not confirmed at the deadline (still
-    /// queued when the close began, or awaiting their ack).
-    async fn finish(self, deadline: Instant) -> Result<(), u64> {
-        let queued = self.subscription.stats().lag;
-        let pending = self.acker.as_ref().map(|(_, p)| p.clone());
-        let awaited = || pending.as_ref().map_or(0, |p| p.load(Ordering::Relaxed));
-        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
-        if unsubscribed.await.is_err() {
-            tracing::warn!(topic = %self.topic, "ringbus-nats close: export not flushed in time");
-            if let Some((acker, _)) = &self.acker {
-                acker.abort();
-            }
-            return Err(queued + awaited());
-        }
-        if let Some((mut acker, _)) = self.acker {
-            // The subscriber's task ended and dropped the handler, so the channel is closed:
-            // the acker ends once the window is empty.
-            if tokio::time::timeout_at(deadline, &mut acker).await.is_err() {
-                acker.abort();
-                return Err(awaited());
-            }
-        }
-        Ok(())
-    }
-
-    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
-    /// many exports were not confirmed: queued for NATS, or awaiting their ack.
-    fn abort(self) -> u64 {
-        let queued = self.subscription.stats().lag;
-        match self.acker {
-            Some((acker, pending)) => {
-                acker.abort();
-                queued + pending.load(Ordering::Relaxed)
-            }
-            None => queued,
-        }
-    }
 }
 
 /// The handler of an export subscriber.

@@ -24,8 +24,8 @@ use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
 
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
 use crate::error::LinkError;
-use crate::link::LinkShared;
 use crate::options::{Mode, Sharing};
+use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{decode, origin, BadInput};
 

@@ -81,8 +81,10 @@ mod link;
 mod options;
 mod otel;
 mod request;
+mod shared;
 mod stats;
 mod subject;
+mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod wire;

@@ -68,11 +68,12 @@ use tokio::time::Instant;
 use crate::codec::Codec;
 use crate::codec::Json;
 use crate::error::LinkError;
-use crate::export::ExportTask;
 use crate::import::{core_subscribe, take};
-use crate::link::{Link, LinkShared};
+use crate::link::Link;
 use crate::options::Sharing;
+use crate::shared::LinkShared;
 use crate::stats::add;
+use crate::task::ExportTask;
 use crate::wire::{decode, encode};
 
 /// The time left to the requester, in whole milliseconds: the answering side's deadline.

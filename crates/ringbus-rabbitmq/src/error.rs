@@ -4,7 +4,9 @@
 pub use ringbus_link::LinkError;
 
 /// Checks a name used in an exchange, a queue or a routing key: not empty, no whitespace or
-/// control characters, none of AMQP's topic wildcards (`*`, `#`), at most 200 bytes.
+/// control characters, none of AMQP's topic wildcards (`*`, `#`), at most 200 bytes; and no
+/// `.` but in a topic, so that a queue name `<prefix>.<group>.<topic>` is made of one set of
+/// names only (group `x.y` with topic `z` and group `x` with topic `y.z` would share a queue).
 pub(crate) fn check_name(name: &str, what: &'static str) -> Result<(), LinkError> {
     let refuse = |reason| LinkError::BadName {
         what,
@@ -23,6 +25,11 @@ pub(crate) fn check_name(name: &str, what: &'static str) -> Result<(), LinkError
     if name.contains(['*', '#']) {
         return Err(refuse("it contains a topic wildcard (`*` or `#`)"));
     }
+    if what != "topic" && name.contains('.') {
+        return Err(refuse(
+            "'.' separates the prefix, the group and the topic in a queue name",
+        ));
+    }
     Ok(())
 }
 
@@ -33,6 +40,8 @@ mod tests {
     #[test]
     fn names_with_wildcards_or_spaces_are_refused_and_debug_leads_with_the_message() {
         assert!(check_name("orders.eu", "topic").is_ok());
+        assert!(check_name("billing.eu", "group").is_err());
+        assert!(check_name("shop.v2", "prefix").is_err());
         for bad in ["", "a b", "orders.*", "orders.#", &"x".repeat(201)] {
             assert!(check_name(bad, "topic").is_err(), "{bad:?}");
         }

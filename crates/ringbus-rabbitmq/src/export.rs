@@ -18,41 +18,15 @@ use std::time::Duration;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Channel;
 use lapin::Confirmation;
-use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, Subscription};
-use ringbus_link::engine::Export;
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
 use crate::error::LinkError;
-use crate::link::LinkShared;
+use crate::shared::LinkShared;
 use crate::stats::add;
+use crate::task::ExportTask;
 use crate::wire::{encode, ExportError, Outgoing};
-
-/// What `close` needs of a running export.
-pub(crate) struct ExportTask {
-    topic: String,
-    subscription: Subscription,
-}
-
-impl Export for ExportTask {
-    /// Unsubscribes: the subscriber first publishes (and has confirmed) everything queued
-    /// for it. `Err(n)`: at most `n` exports were not confirmed at the deadline.
-    async fn finish(self, deadline: Instant) -> Result<(), u64> {
-        let queued = self.subscription.stats().lag;
-        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
-        if unsubscribed.await.is_err() {
-            tracing::warn!(topic = %self.topic, "ringbus-rabbitmq close: export not flushed in time");
-            return Err(queued.max(1));
-        }
-        Ok(())
-    }
-
-    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
-    /// many exports were still queued.
-    fn abort(self) -> u64 {
-        self.subscription.stats().lag
-    }
-}
 
 /// Opens a channel in confirm mode on the link's connection.
 pub(crate) async fn confirm_channel(link: &LinkShared) -> Result<Channel, String> {

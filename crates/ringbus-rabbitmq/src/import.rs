@@ -9,9 +9,10 @@
 //!   `<prefix>` with the topic as its key: instances of one group compete for its messages.
 //! - **Deliveries.** A classic queue says only whether a message was delivered before
 //!   (`redelivered`), not how often: the import counts the redeliveries it sees itself, per
-//!   message id (`Counts`, as many ids as the dedup window, at least 1,024), and reads
-//!   `x-delivery-count` where a queue gives it (a quorum queue declared by someone else). A
-//!   message that comes back to another process starts its count again there.
+//!   message id (`Counts`, as many ids as the dedup window, at least 1,024), in memory. A
+//!   message that comes back to another process, or after a restart, starts its count again
+//!   at 2: a message that kills its process every time is never dead-lettered by count.
+//!   Where a queue gives `x-delivery-count`, that count is used.
 //! - **Take.** `basic.consume` with manual acks and a prefetch of `max_in_flight`; a lost
 //!   channel or connection is noticed by the consumer's end, and a new consumer is made on a
 //!   new connection (RabbitMQ delivers again what the old one held).
@@ -39,7 +40,7 @@ use ringbus_link::Codec;
 
 use crate::error::LinkError;
 use crate::export::{confirm_channel, publish_confirmed};
-use crate::link::LinkShared;
+use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{decode, earlier_deliveries, message_id, origin};
 

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::conn::Conn;
 use crate::error::{check_name, LinkError};
 use crate::options::QueueOptions;
+use crate::shared::LinkShared;
 use crate::stats::{Counters, LinkCloseReport, LinkStats};
 use crate::{export, import};
 
@@ -166,38 +167,6 @@ impl fmt::Debug for LinkBuilder {
             .field("max_message_bytes", &self.max_message_bytes)
             .field("connection_timeout", &self.connection_timeout)
             .finish()
-    }
-}
-
-/// What every part of a link shares.
-///
-/// Every field is set once by `connect` and then read only, except `counters` (relaxed
-/// tallies), `conn` (its connection under an async mutex) and `runtime` (see
-/// `ringbus_link::engine::Runtime`).
-pub(crate) struct LinkShared {
-    /// This link's id: the origin header of its exports, and its connection's name.
-    pub(crate) id: String,
-    pub(crate) bus: Bus,
-    pub(crate) conn: Conn,
-    /// The topic exchange of the exports.
-    pub(crate) prefix: String,
-    /// The topic exchange of the dead letters.
-    pub(crate) dead_letter_prefix: String,
-    pub(crate) queues: QueueOptions,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) runtime: Runtime<export::ExportTask>,
-}
-
-impl LinkShared {
-    /// The queue `group` reads `topic` from.
-    pub(crate) fn queue(&self, topic: &str, group: &str) -> String {
-        format!("{}.{group}.{topic}", self.prefix)
-    }
-
-    /// The queue that keeps the dead letters of `topic`.
-    pub(crate) fn dead_letter_queue(&self, topic: &str) -> String {
-        format!("{}.{topic}", self.dead_letter_prefix)
     }
 }
 
@@ -375,6 +344,18 @@ impl Link {
     {
         check_name(topic, "topic")?;
         check_name(group, "group")?;
+        for queue in [
+            self.inner.queue(topic, group),
+            self.inner.dead_letter_queue(topic),
+        ] {
+            if queue.len() > 255 {
+                return Err(LinkError::BadName {
+                    what: "topic",
+                    name: topic.escape_debug().to_string(),
+                    reason: "a queue name it makes would be longer than AMQP's 255 bytes",
+                });
+            }
+        }
         let claim = self.inner.runtime.claim(topic, "import")?;
         let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
         claim.keep();

@@ -18,8 +18,9 @@ pub struct QueueOptions {
     /// Deliveries of one message before it is dead-lettered (a message a subscriber never
     /// handled, or that killed its consumers). A handler that gives up on a message has it
     /// dead-lettered on that delivery. RabbitMQ's classic queues do not count deliveries: an
-    /// import counts those it sees, so a message that kills its consumer is dead-lettered
-    /// once one process saw it this often. Default: 5.
+    /// import counts those it sees, in memory, so the count starts again in another process or
+    /// after a restart (a message that kills its process every time is never dead-lettered by
+    /// count). Default: 5.
     pub max_deliver: u32,
     /// How long a message given back (a subscriber ended before handling it, or the bus
     /// refused it) waits before it is delivered again; it stays with this consumer meanwhile.

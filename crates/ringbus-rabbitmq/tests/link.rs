@@ -5,7 +5,7 @@ use std::time::Duration;
 use ringbus::Bus;
 use ringbus_link::testing::{eventually, WAIT};
 use ringbus_rabbitmq::testing::RabbitServer;
-use ringbus_rabbitmq::{Envelope, Link};
+use ringbus_rabbitmq::{Envelope, Link, LinkError};
 use tokio::sync::mpsc;
 
 type Msg = Envelope<u64>;
@@ -16,7 +16,7 @@ async fn server() -> Option<RabbitServer> {
         .unwrap()
 }
 
-/// A link of `bus` to `server`, with a short redelivery delay.
+/// A link of `bus` to `server`, under the prefix `t`.
 async fn link(server: &RabbitServer, bus: &Bus) -> Link {
     Link::builder(server.url())
         .prefix("t")
@@ -48,6 +48,11 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     );
     s.import::<Msg>("n").await.unwrap();
     p.export::<Msg>("n").await.unwrap();
+    // Names a queue name cannot be made of unambiguously, or that make one too long.
+    for (topic, group) in [("z", "x.y"), (&*"t".repeat(200), &*"g".repeat(60))] {
+        let refused = s.import_shared::<Msg>(topic, group).await;
+        assert!(matches!(refused, Err(LinkError::BadName { .. })), "{refused:?}");
+    }
     publisher.publish("n", Msg::new(0)).await.unwrap();
     assert_eq!(
         tokio::time::timeout(WAIT, seen.recv()).await.unwrap(),

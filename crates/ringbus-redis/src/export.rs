@@ -21,42 +21,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, Subscription};
-use ringbus_link::engine::Export;
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
 use crate::conn::is_connection_error;
 use crate::error::LinkError;
-use crate::link::LinkShared;
+use crate::shared::LinkShared;
 use crate::stats::add;
+use crate::task::ExportTask;
 use crate::wire::{encode, fields, ExportError};
-
-/// What `close` needs of a running export.
-pub(crate) struct ExportTask {
-    topic: String,
-    subscription: Subscription,
-}
-
-impl Export for ExportTask {
-    /// Unsubscribes: the subscriber first hands over (adds to the stream) everything queued
-    /// for it. `Err(n)`: at most `n` exports were not added at the deadline.
-    async fn finish(self, deadline: Instant) -> Result<(), u64> {
-        let queued = self.subscription.stats().lag;
-        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
-        if unsubscribed.await.is_err() {
-            tracing::warn!(topic = %self.topic, "ringbus-redis close: export not flushed in time");
-            return Err(queued.max(1));
-        }
-        Ok(())
-    }
-
-    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
-    /// many exports were still queued.
-    fn abort(self) -> u64 {
-        self.subscription.stats().lag
-    }
-}
 
 /// The handler of an export subscriber.
 struct Exporter<T, C> {

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 use crate::conn::{is_connection_error, Conn};
 use crate::error::LinkError;
 use crate::export::xadd_cmd;
-use crate::link::LinkShared;
+use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{bytes, decode, message_id, origin, Fields};
 

@@ -65,7 +65,9 @@ mod export;
 mod import;
 mod link;
 mod options;
+mod shared;
 mod stats;
+mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod wire;

@@ -1,0 +1,104 @@
+//! What every part of a link shares: made by `Link::connect`, held by the façade, the
+//! exports and the imports.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{jetstream, Client};
+use ringbus::Bus;
+use ringbus_link::engine::{Claim, Runtime};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::LinkError;
+use crate::options::JetStreamOptions;
+use crate::stats::Counters;
+use crate::task::ExportTask;
+
+pub(crate) struct LinkShared {
+    /// This link's id: the origin header of its JetStream exports.
+    pub(crate) id: String,
+    pub(crate) bus: Bus,
+    pub(crate) client: Client,
+    pub(crate) jetstream: jetstream::Context,
+    pub(crate) prefix: String,
+    pub(crate) dead_letter_prefix: String,
+    pub(crate) stream_name: String,
+    pub(crate) js: JetStreamOptions,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) request_timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+    /// Cancelled by the client's closed event.
+    pub(crate) closed: CancellationToken,
+    /// Its imports' stop signal and held count (JetStream imports handed to the bus and not
+    /// yet settled), the topics linked each way, and its running imports and exports,
+    /// stopped by `close`.
+    pub(crate) runtime: Runtime<ExportTask>,
+    /// Serialises stream setup within this link.
+    pub(crate) stream_setup: tokio::sync::Mutex<()>,
+}
+
+impl LinkShared {
+    /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
+    /// linked in JetStream mode) and the dead letters. Only JetStream topics are stored:
+    /// core topics under the same prefix are not captured.
+    pub(crate) async fn stream(
+        &self,
+        subject: &str,
+    ) -> Result<jetstream::stream::Stream, LinkError> {
+        let _one_at_a_time = self.stream_setup.lock().await;
+        let js_err = |e: &dyn fmt::Display| LinkError::setup(e.to_string());
+        let dead = format!("{}.>", self.dead_letter_prefix);
+        let config = jetstream::stream::Config {
+            name: self.stream_name.clone(),
+            subjects: vec![subject.to_string(), dead],
+            duplicate_window: self.js.duplicate_window,
+            num_replicas: self.js.replicas.max(1),
+            storage: if self.js.memory_storage {
+                jetstream::stream::StorageType::Memory
+            } else {
+                jetstream::stream::StorageType::File
+            },
+            ..Default::default()
+        };
+        let stream = self
+            .jetstream
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| js_err(&e))?;
+        let info = stream.cached_info();
+        if !info.config.subjects.iter().any(|s| s == subject) {
+            // Made by another link (or for another topic): add this topic's subject.
+            let mut config = info.config.clone();
+            config.subjects.push(subject.to_string());
+            self.jetstream
+                .update_stream(config)
+                .await
+                .map_err(|e| js_err(&e))?;
+        }
+        Ok(stream)
+    }
+
+    /// One request round trip to the server: once it returns, the server has processed
+    /// everything this connection sent before it (`flush` only writes the socket). No one
+    /// answers the subject; the server's "no responders" reply is the answer.
+    pub(crate) async fn round_trip(&self) -> Result<(), async_nats::RequestError> {
+        let probe = format!("_RINGBUS.{}.FLUSH", self.id);
+        match self.client.request(probe, bytes::Bytes::new()).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records `topic` as linked in `direction`, or says it already is. The claim is given
+    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
+    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
+    pub(crate) fn claim(
+        &self,
+        topic: &str,
+        direction: &'static str,
+    ) -> Result<Claim<'_>, LinkError> {
+        Ok(self.runtime.claim(topic, direction)?)
+    }
+}
