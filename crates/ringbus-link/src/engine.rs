@@ -10,6 +10,7 @@
 //!   the first steps of its `close`: settle the imports, then flush the exports, within one
 //!   deadline.
 //! - [`redacted_url`]: a URL without its password, for a builder's `Debug`.
+//! - [`SubscribedExport`]: an export that is a bus subscription alone.
 //! - [`Runtime`]: what every link keeps beside its connection: the signal that stops its
 //!   imports, the count of what they hold, its claims and its tasks; [`log_close`], the
 //!   line a close ends with.
@@ -277,6 +278,48 @@ impl<E> fmt::Debug for Tasks<E> {
             .field("imports", &lists.0.len())
             .field("exports", &lists.1.len())
             .finish()
+    }
+}
+
+/// An export that is a bus subscription alone (its handler waits for the server's answer
+/// before it returns, so nothing is left to confirm once it is unsubscribed): Redis's and
+/// RabbitMQ's exports.
+pub struct SubscribedExport {
+    /// The engine's name, which starts its log lines: `"ringbus-redis"`.
+    pub engine: &'static str,
+    /// The exported topic.
+    pub topic: String,
+    /// The export's subscription.
+    pub subscription: ringbus::Subscription,
+}
+
+impl Export for SubscribedExport {
+    /// Unsubscribes: the subscriber first hands over everything queued for it, and its
+    /// handler returns once the server took it. `Err(n)`: at most `n` exports were not taken
+    /// at the deadline.
+    async fn finish(self, deadline: Instant) -> Result<(), u64> {
+        let queued = self.subscription.stats().lag;
+        let unsubscribed = tokio::time::timeout_at(deadline, self.subscription.unsubscribe());
+        if unsubscribed.await.is_err() {
+            tracing::warn!(topic = %self.topic, "{} close: export not flushed in time", self.engine);
+            return Err(queued.max(1));
+        }
+        Ok(())
+    }
+
+    /// Stops waiting at once (the export stays subscribed until the bus closes); returns how
+    /// many exports were still queued.
+    fn abort(self) -> u64 {
+        self.subscription.stats().lag
+    }
+}
+
+impl fmt::Debug for SubscribedExport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscribedExport")
+            .field("engine", &self.engine)
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
     }
 }
 

@@ -19,13 +19,13 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Channel;
 use lapin::Confirmation;
 use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
+use ringbus_link::engine::SubscribedExport;
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
 use crate::error::LinkError;
 use crate::shared::LinkShared;
 use crate::stats::add;
-use crate::task::ExportTask;
 use crate::wire::{encode, ExportError, Outgoing};
 
 /// Opens a channel in confirm mode on the link's connection.
@@ -205,7 +205,7 @@ pub(crate) fn start<T, C>(
     link: &Arc<LinkShared>,
     topic: &str,
     codec: C,
-) -> Result<ExportTask, LinkError>
+) -> Result<SubscribedExport, LinkError>
 where
     T: Send + Sync + 'static,
     C: Codec<T>,
@@ -220,7 +220,8 @@ where
     let options = SubscribeOptions::new().name(format!("rabbitmq-export:{topic}"));
     let subscription = link.bus.subscribe_batch(topic, options, exporter)?;
     tracing::info!(topic, exchange = %link.prefix, "ringbus-rabbitmq: exporting");
-    Ok(ExportTask {
+    Ok(SubscribedExport {
+        engine: "ringbus-rabbitmq",
         topic: topic.to_string(),
         subscription,
     })

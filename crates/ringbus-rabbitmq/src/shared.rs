@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use ringbus::Bus;
-use ringbus_link::engine::Runtime;
+use ringbus_link::engine::{Runtime, SubscribedExport};
 
 use crate::conn::Conn;
 use crate::options::QueueOptions;
 use crate::stats::Counters;
-use crate::task::ExportTask;
 
 /// What every part of a link shares.
 ///
@@ -28,7 +27,7 @@ pub(crate) struct LinkShared {
     pub(crate) queues: QueueOptions,
     pub(crate) max_message_bytes: usize,
     pub(crate) counters: Arc<Counters>,
-    pub(crate) runtime: Runtime<ExportTask>,
+    pub(crate) runtime: Runtime<SubscribedExport>,
 }
 
 impl LinkShared {

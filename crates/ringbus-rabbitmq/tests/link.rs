@@ -51,7 +51,10 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     // Names a queue name cannot be made of unambiguously, or that make one too long.
     for (topic, group) in [("z", "x.y"), (&*"t".repeat(200), &*"g".repeat(60))] {
         let refused = s.import_shared::<Msg>(topic, group).await;
-        assert!(matches!(refused, Err(LinkError::BadName { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(LinkError::BadName { .. })),
+            "{refused:?}"
+        );
     }
     publisher.publish("n", Msg::new(0)).await.unwrap();
     assert_eq!(

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
+use ringbus_link::engine::SubscribedExport;
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
@@ -29,7 +30,6 @@ use crate::conn::is_connection_error;
 use crate::error::LinkError;
 use crate::shared::LinkShared;
 use crate::stats::add;
-use crate::task::ExportTask;
 use crate::wire::{encode, fields, ExportError};
 
 /// The handler of an export subscriber.
@@ -184,7 +184,7 @@ pub(crate) fn start<T, C>(
     link: &Arc<LinkShared>,
     topic: &str,
     codec: C,
-) -> Result<ExportTask, LinkError>
+) -> Result<SubscribedExport, LinkError>
 where
     T: Send + Sync + 'static,
     C: Codec<T>,
@@ -199,7 +199,8 @@ where
     let options = SubscribeOptions::new().name(format!("redis-export:{topic}"));
     let subscription = link.bus.subscribe_batch(topic, options, exporter)?;
     tracing::info!(topic, stream = %link.stream_key(topic), "ringbus-redis: exporting");
-    Ok(ExportTask {
+    Ok(SubscribedExport {
+        engine: "ringbus-redis",
         topic: topic.to_string(),
         subscription,
     })

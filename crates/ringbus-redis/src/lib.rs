@@ -67,7 +67,6 @@ mod link;
 mod options;
 mod shared;
 mod stats;
-mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod wire;

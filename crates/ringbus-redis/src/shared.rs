@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{Claim, Runtime};
+use ringbus_link::engine::{Claim, Runtime, SubscribedExport};
 
 use crate::conn::Conn;
 use crate::error::LinkError;
 use crate::options::StreamOptions;
 use crate::stats::Counters;
-use crate::task::ExportTask;
 
 /// What every part of a link shares.
 ///
@@ -36,7 +35,7 @@ pub(crate) struct LinkShared {
     pub(crate) counters: Arc<Counters>,
     /// Its imports' stop signal and held count, the topics linked each way, and its running
     /// imports and exports, stopped by `close`.
-    pub(crate) runtime: Runtime<ExportTask>,
+    pub(crate) runtime: Runtime<SubscribedExport>,
 }
 
 impl LinkShared {
