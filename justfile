@@ -29,6 +29,11 @@ redis:
     REQUIRE_REDIS=1 cargo test -p ringbus-redis --features tls --test redis tls
     REQUIRE_REDIS=1 cargo run -p ringbus-redis --example redis_orders
 
+# The ringbus-rabbitmq tests (and its example) against a real rabbitmq-server, failing (not skipping) if it is not installed.
+rabbitmq:
+    REQUIRE_RABBITMQ=1 cargo test -p ringbus-rabbitmq
+    REQUIRE_RABBITMQ=1 cargo run -p ringbus-rabbitmq --example rabbitmq_orders
+
 # The loom models of the ring's protocols and the bus's writer lock (own target dir; raise LOOM_MAX_PREEMPTIONS to search deeper).
 loom preemptions="3":
     RUSTFLAGS="--cfg ringbus_loom" LOOM_MAX_PREEMPTIONS={{preemptions}} CARGO_TARGET_DIR=target-loom \
