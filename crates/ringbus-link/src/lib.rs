@@ -2,9 +2,10 @@
 //! encoded ([`Codec`], [`Json`] by default), its user [`Headers`], the [`Envelope`] that
 //! carries an id and headers with a body, and the names and ids the engines write.
 //!
-//! `ringbus-nats` and `ringbus-redis` re-export these items, so `ringbus_nats::Envelope` and
-//! `ringbus_redis::Envelope` are one type: a codec written once serves both engines, and a
-//! topic can move from one engine to the other without touching its message types.
+//! `ringbus-nats`, `ringbus-redis` and `ringbus-rabbitmq` re-export these items, so
+//! `ringbus_nats::Envelope` and `ringbus_rabbitmq::Envelope` are one type: a codec written once
+//! serves every engine, and a topic can move from one engine to another without touching its
+//! message types.
 //!
 //! - [`Codec`]: a message to a body plus [`Meta`] (id and headers), and back.
 //! - [`Json`]: the default codec (`serde_json`).

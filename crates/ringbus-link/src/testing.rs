@@ -1,5 +1,5 @@
-//! What the link engines' own tests share (feature `testing`, which `ringbus-nats` and
-//! `ringbus-redis` turn on in their dev-dependencies): bounded waits, a subscriber that
+//! What the link engines' own tests share (feature `testing`, which the engines turn on in
+//! their dev-dependencies): bounded waits, a subscriber that
 //! forwards to a channel, a codec that panics on cue, and compile-time `Send`/`Sync`
 //! assertions.
 //!
