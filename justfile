@@ -21,7 +21,7 @@ slow-tests:
 # The ringbus-nats tests against a real nats-server, failing (not skipping) if it is not installed.
 nats:
     REQUIRE_NATS=1 cargo test -p ringbus-nats
-    REQUIRE_NATS=1 cargo test -p ringbus-nats --features otel --test otel
+    REQUIRE_NATS=1 cargo test -p ringbus-conformance --features otel --test otel
 
 # The ringbus-redis tests (and its example) against a real redis-server, failing (not skipping) if it is not installed.
 redis:

@@ -128,10 +128,28 @@ pub trait Inbound: Send + Sync + Sized + 'static {
     /// The message decoded for the local topic, or why it cannot be (logged without the
     /// body, and the message dead-lettered).
     fn decode<T, C: Codec<T>>(&self, codec: &C, message: &Self::Message) -> Result<T, String>;
-    /// The context to publish it with (a trace parent it carries).
+    /// The value of the header (or field) `name` of the message, if it has one and it is text.
+    fn header<'m>(&self, message: &'m Self::Message, name: &str) -> Option<&'m str> {
+        let _ = (message, name);
+        None
+    }
+    /// The context to publish it with: its handler spans' parent is a `ringbus.import` span
+    /// (`DEBUG`, target `ringbus_link`) that continues the trace the message carries in its
+    /// headers (feature `otel`; see `ringbus_link::otel`); a plain context when nobody
+    /// listens at `DEBUG`.
     fn context(&self, message: &Self::Message) -> Context {
-        let _ = message;
-        Context::new()
+        let span = tracing::debug_span!(
+            target: "ringbus_link",
+            "ringbus.import",
+            topic = self.shared().topic,
+            engine = Self::ENGINE,
+            otel.kind = "consumer",
+        );
+        if span.is_disabled() {
+            return Context::new();
+        }
+        crate::otel::continue_trace(&span, |name| self.header(message, name));
+        Context::new().with_parent(span)
     }
     /// The message as the settler keeps it (an engine may free what settling does not need,
     /// here, on the task that made it).

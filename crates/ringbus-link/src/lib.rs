@@ -45,6 +45,8 @@ pub mod ids;
 pub mod import;
 pub mod names;
 #[cfg(feature = "engine")]
+pub mod otel;
+#[cfg(feature = "engine")]
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

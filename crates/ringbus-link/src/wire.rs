@@ -2,7 +2,8 @@
 //! (NATS headers, Redis stream fields, AMQP properties).
 //!
 //! - [`encode`]: a message through its codec into a body, with its id (the codec's, or a new
-//!   one) and its user headers, each checked by the rules every link shares.
+//!   one) and its user headers, each checked by the rules every link shares (and, with the
+//!   feature `otel`, the trace context of the export's span).
 //! - [`check_size`], [`decode`]: the body's size, then the codec, on the way in.
 //! - [`ExportError`], [`BadInput`]: why a message did not go out, or was refused coming in.
 
@@ -124,10 +125,19 @@ pub fn encode<T, C: Codec<T>>(
     for (name, value) in meta.headers.iter() {
         check_header(name, value).map_err(ExportError::Header)?;
     }
-    Ok(Outgoing {
-        id,
-        headers: meta.headers,
-    })
+    // Feature `otel`: the trace context of the export's span (see `otel`). The propagator's
+    // names and values pass the header rules; one that did not would be left out.
+    #[cfg(feature = "otel")]
+    let headers = {
+        let mut headers = meta.headers;
+        crate::otel::inject(|name, value| {
+            let _ = headers.insert(name, value);
+        });
+        headers
+    };
+    #[cfg(not(feature = "otel"))]
+    let headers = meta.headers;
+    Ok(Outgoing { id, headers })
 }
 
 /// Refuses a body of more than `max` bytes.

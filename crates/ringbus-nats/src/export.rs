@@ -54,7 +54,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             return Ok(());
         }
         let origin = self.acks.as_ref().map(|_| self.link.id.as_str());
-        let mut message = encode(
+        let message = encode(
             &self.codec,
             msg,
             &self.topic,
@@ -63,7 +63,6 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             self.body_size.load(Ordering::Relaxed),
         )?;
         self.body_size.store(message.body.len(), Ordering::Relaxed);
-        crate::otel::inject(&mut message.headers);
         match &self.acks {
             None => {
                 self.link

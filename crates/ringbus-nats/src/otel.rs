@@ -16,7 +16,8 @@
 //! - **Export.** An export is a handler call of the bus (a subscriber named
 //!   `nats-export:<topic>`), so it runs inside a `ringbus.handle` span; its OpenTelemetry
 //!   context (through `tracing-opentelemetry`) is written into the message's headers with
-//!   OpenTelemetry's W3C propagator (`traceparent`, and `tracestate` if any). JetStream
+//!   OpenTelemetry's W3C propagator (`traceparent`, and `tracestate` if any), by the encoding
+//!   every engine shares (`ringbus_link::wire::encode`, see `ringbus_link::otel`). JetStream
 //!   re-sends carry the same headers. That span is a child of the publisher's span if the
 //!   local publish gave it as the parent ([`ringbus::Context::with_parent`]); a plain
 //!   `publish` starts the trace at the export.
@@ -51,20 +52,19 @@ mod enabled {
     use std::str::FromStr;
 
     use async_nats::{HeaderMap, HeaderName, HeaderValue};
-    use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-    use opentelemetry::trace::TraceContextExt;
-    use opentelemetry_sdk::propagation::TraceContextPropagator;
     use ringbus::Context;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
 
     /// Writes the trace context of the current span into `headers` (nothing if the span has
     /// no valid OpenTelemetry context).
     pub(crate) fn inject(headers: &mut HeaderMap) {
-        let cx = tracing::Span::current().context();
-        if !cx.span().span_context().is_valid() {
-            return;
-        }
-        TraceContextPropagator::new().inject_context(&cx, &mut Headers(headers));
+        ringbus_link::otel::inject(|key, value| {
+            // A propagator's names and values are valid header text; a bad one is skipped
+            // rather than panicking (`HeaderMap::insert` with strings panics).
+            if let (Ok(name), Ok(value)) = (HeaderName::from_str(key), HeaderValue::from_str(value))
+            {
+                headers.insert(name, value);
+            }
+        });
     }
 
     /// The context to publish an import with: its handler spans' parent is a `ringbus.import`
@@ -81,44 +81,11 @@ mod enabled {
             return Context::new();
         }
         if let Some(headers) = headers {
-            // From an empty context, not the import task's current one.
-            let remote = TraceContextPropagator::new()
-                .extract_with_context(&opentelemetry::Context::new(), &Extracted(headers));
-            if remote.span().span_context().is_valid() {
-                // Refused only without a tracing-opentelemetry layer: then no trace to join.
-                let _ = span.set_parent(remote);
-            }
+            ringbus_link::otel::continue_trace(&span, |name| {
+                headers.get(name).map(HeaderValue::as_str)
+            });
         }
         Context::new().with_parent(span)
-    }
-
-    /// NATS headers as the propagator writes them.
-    struct Headers<'a>(&'a mut HeaderMap);
-
-    impl Injector for Headers<'_> {
-        fn set(&mut self, key: &str, value: String) {
-            // A propagator's names and values are valid header text; a bad one is skipped
-            // rather than panicking (`HeaderMap::insert` with strings panics).
-            if let (Ok(name), Ok(value)) =
-                (HeaderName::from_str(key), HeaderValue::from_str(&value))
-            {
-                self.0.insert(name, value);
-            }
-        }
-    }
-
-    /// NATS headers as the propagator reads them.
-    struct Extracted<'a>(&'a HeaderMap);
-
-    impl Extractor for Extracted<'_> {
-        fn get(&self, key: &str) -> Option<&str> {
-            let name = HeaderName::from_str(key).ok()?;
-            self.0.get(name).map(HeaderValue::as_str)
-        }
-
-        fn keys(&self) -> Vec<&str> {
-            self.0.iter().map(|(name, _)| name.as_ref()).collect()
-        }
     }
 }
 

@@ -42,7 +42,7 @@ use crate::error::LinkError;
 use crate::export::{confirm_channel, publish_confirmed};
 use crate::shared::LinkShared;
 use crate::stats::add;
-use crate::wire::{decode, earlier_deliveries, message_id, origin};
+use crate::wire::{decode, earlier_deliveries, header, message_id, origin};
 
 /// Declares the durable queue `queue` and binds it to the link's exchange under
 /// `topic`; declares the topic's dead-letter queue too. Idempotent.
@@ -314,6 +314,10 @@ impl Inbound for Import {
 
     fn message_id<'m>(&self, taken: &'m Taken) -> Option<&'m str> {
         message_id(&taken.delivery.properties)
+    }
+
+    fn header<'m>(&self, taken: &'m Taken, name: &str) -> Option<&'m str> {
+        header(&taken.delivery.properties, name)
     }
 
     /// A first delivery's consumer and tag; none for a redelivery, which is never a

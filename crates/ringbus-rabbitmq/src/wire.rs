@@ -73,6 +73,11 @@ fn header_text<'a>(headers: &'a FieldTable, name: &str) -> Option<Result<&'a str
     Some(std::str::from_utf8(bytes).map_err(|_| BadInput::NotText(name.escape_debug().to_string())))
 }
 
+/// The header `name` of a message, if it has it and it is text.
+pub(crate) fn header<'a>(properties: &'a BasicProperties, name: &str) -> Option<&'a str> {
+    header_text(properties.headers().as_ref()?, name)?.ok()
+}
+
 /// The exporting link's id, if the message names one.
 pub(crate) fn origin(properties: &BasicProperties) -> Option<&str> {
     header_text(properties.headers().as_ref()?, ORIGIN)?.ok()

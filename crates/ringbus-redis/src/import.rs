@@ -243,6 +243,10 @@ impl Inbound for Import {
         message_id(&entry.fields)
     }
 
+    fn header<'m>(&self, entry: &'m Entry, name: &str) -> Option<&'m str> {
+        std::str::from_utf8(bytes(entry.fields.get(name)?)?).ok()
+    }
+
     fn key(&self, entry: &Entry) -> Option<EntryId> {
         entry_id(&entry.id)
     }
