@@ -21,8 +21,8 @@
 //!   copy, with the reason, to the exchange `<dead_letter_prefix>` (confirmed), where the
 //!   queue `<dead_letter_prefix>.<topic>` keeps it, then ack the original.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -106,6 +106,7 @@ where
         topic: topic.to_string(),
         queue,
         publisher: tokio::sync::Mutex::new(None),
+        waiting: Arc::new(Mutex::new(BTreeSet::new())),
     };
     // The consumer is made here, so a message published once this returns is delivered.
     let consumer = import
@@ -130,6 +131,13 @@ struct Import {
     queue: String,
     /// The confirm channel dead letters go out on, made when first needed.
     publisher: tokio::sync::Mutex<Option<Channel>>,
+    /// The deliveries (consumer, tag) given back `Later` whose nack has not been sent yet.
+    waiting: Arc<Mutex<BTreeSet<(u64, u64)>>>,
+}
+
+/// The set under its mutex: a panic cannot leave a set of numbers inconsistent.
+fn lock(waiting: &Mutex<BTreeSet<(u64, u64)>>) -> MutexGuard<'_, BTreeSet<(u64, u64)>> {
+    waiting.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The consuming side of an import.
@@ -231,6 +239,14 @@ impl Import {
                 None
             }
         }
+    }
+
+    /// Whether a delivery of the same consumer before `tag` waits for its delayed nack.
+    fn waiting_before(&self, (generation, tag): (u64, u64)) -> bool {
+        lock(&self.waiting)
+            .range((generation, 0)..(generation, tag))
+            .next()
+            .is_some()
     }
 
     fn delay(&self, when: Redeliver) -> Duration {
@@ -358,13 +374,30 @@ impl Inbound for Import {
         .map_err(|reason| format!("{reason} (queue {})", self.queue))
     }
 
+    /// One `basic.ack` with `multiple` per run of messages from one consumer: the settler
+    /// settles in delivery order, so every earlier delivery of that consumer is settled
+    /// already (acked, dead-lettered, or nacked), except one given back `Later` whose nack is
+    /// still waiting: then each message is acked alone, or the multiple ack would take it.
     async fn ack(&self, taken: &[Taken]) -> bool {
         let mut all = true;
-        for message in taken {
-            if let Err(e) = message.delivery.acker.ack(BasicAckOptions::default()).await {
-                add(&self.link.counters.ack_errors);
-                tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: an ack failed; the message will be delivered again");
-                all = false;
+        for run in taken.chunk_by(|a, b| a.generation == b.generation) {
+            let Some(last) = run.last() else { continue };
+            let tag = (last.generation, last.delivery.delivery_tag);
+            let multiple = run.len() > 1 && !self.waiting_before(tag);
+            let (acks, options) = if multiple {
+                (
+                    std::slice::from_ref(last),
+                    BasicAckOptions { multiple: true },
+                )
+            } else {
+                (run, BasicAckOptions::default())
+            };
+            for message in acks {
+                if let Err(e) = message.delivery.acker.ack(options).await {
+                    add(&self.link.counters.ack_errors);
+                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: an ack failed; the message will be delivered again");
+                    all = false;
+                }
             }
         }
         all
@@ -380,11 +413,15 @@ impl Inbound for Import {
         if delay.is_zero() {
             return acker.nack(requeue).await.is_ok();
         }
-        // Held by this consumer meanwhile; a close (or a lost connection) before the delay
-        // passes hands it back to RabbitMQ at once.
+        // Held by this consumer meanwhile (and kept out of multiple acks: `waiting`); a close
+        // (or a lost connection) before the delay passes hands it back to RabbitMQ at once.
+        let tag = (taken.generation, taken.delivery.delivery_tag);
+        let waiting = self.waiting.clone();
+        lock(&waiting).insert(tag);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = acker.nack(requeue).await;
+            lock(&waiting).remove(&tag);
         });
         true
     }

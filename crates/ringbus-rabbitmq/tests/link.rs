@@ -5,7 +5,7 @@ use std::time::Duration;
 use ringbus::Bus;
 use ringbus_link::testing::{eventually, WAIT};
 use ringbus_rabbitmq::testing::RabbitServer;
-use ringbus_rabbitmq::{Envelope, Link, LinkError};
+use ringbus_rabbitmq::{Envelope, Link, LinkError, QueueOptions};
 use tokio::sync::mpsc;
 
 type Msg = Envelope<u64>;
@@ -89,4 +89,55 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     assert!(p.close(WAIT).await.complete);
     assert!(s.close(WAIT).await.complete);
     drop(server);
+}
+
+/// A message given back for later (refused by a strict bus with no subscriber yet) stays
+/// unacknowledged with its consumer for `nack_delay`; the messages handled meanwhile are
+/// acknowledged together, and that acknowledgement must not take the waiting one with it: it
+/// comes back and is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
+    let Some(server) = server().await else {
+        return;
+    };
+    let (publisher, subscriber) = (Bus::new(), Bus::builder().strict(true).build());
+    let mut queues = QueueOptions::default();
+    queues.nack_delay = Duration::from_secs(2);
+    let s = Link::builder(server.url())
+        .prefix("t")
+        .queues(queues)
+        .connect(&subscriber)
+        .await
+        .unwrap();
+    let p = link(&server, &publisher).await;
+    s.import::<Msg>("n").await.unwrap();
+    p.export::<Msg>("n").await.unwrap();
+    publisher.publish("n", Msg::new(0)).await.unwrap();
+    eventually("message 0 refused and given back for later", || {
+        s.stats().nacked == 1
+    })
+    .await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let _sub = subscriber
+        .subscribe("n", move |m: &Msg| {
+            let _ = tx.send(*m.body());
+            async {}
+        })
+        .unwrap();
+    for n in 1..=3 {
+        publisher.publish("n", Msg::new(n)).await.unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        got.push(
+            tokio::time::timeout(WAIT, seen.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3], "{:?}", s.stats());
+    assert!(p.close(WAIT).await.complete);
+    assert!(s.close(WAIT).await.complete);
 }
