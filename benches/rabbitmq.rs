@@ -5,8 +5,9 @@
 //! - `raw`: the `lapin` client alone, wired as a performance-minded user would, with the
 //!   link's topology and guarantees. One connection publishes on a channel in confirm mode to
 //!   a durable topic exchange, routing key `bench`, persistent messages carrying the link's
-//!   properties and headers (message id, topic, id, origin) and the same JSON body, with up
-//!   to 256 publishes awaiting their confirm, awaited 64 at a time. A second connection
+//!   properties and headers (message id, topic, id, origin) and the same JSON body. It starts
+//!   64 publishes at a time before awaiting any (so lapin's I/O thread writes them together),
+//!   with up to 256 publishes awaiting their confirm, awaited 64 at a time. A second connection
 //!   consumes the durable queue bound to it with manual acks and a prefetch of 256 (the
 //!   link's `max_in_flight`), counting each message, then acknowledging what it counted with
 //!   one `basic.ack` (`multiple: true`) every 64 messages and whenever no delivery is ready.
@@ -41,8 +42,10 @@
 //! ```
 //!
 //! Options: `rounds=N`, `messages=N` (per round), `systems=raw,link,...` (profiling one
-//! system; nothing written), `ack_batch=N` (the raw consumer's deliveries per ack, 64 by
-//! default; `ack_batch=1` acks each on its own, as the link's import does; nothing written).
+//! system; nothing written). Diagnostics, nothing written: `publish_batch=N` (the raw
+//! publishes started together, 64 by default; `publish_batch=1` awaits each publish's write
+//! before the next, as the link's export does), `ack_batch=N` (the raw consumer's deliveries
+//! per ack, 64 by default; `ack_batch=1` acks each on its own, as the link's import does).
 //! Without a `rabbitmq-server` binary it prints a skip line and exits 0 (unless
 //! `REQUIRE_RABBITMQ=1`).
 
@@ -50,6 +53,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::stream::FuturesOrdered;
 use futures_util::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -84,14 +88,17 @@ use one_mode::{Cell, Options};
 
 /// The topic every round uses (each round under its own prefix: its own exchange and queue).
 const TOPIC: &str = "bench";
+/// The raw publisher starts this many publishes before awaiting any: lapin writes a publish
+/// from its I/O thread, and the future of `basic_publish` resolves once it is written, so
+/// publishes awaited one by one cost a write and a wake-up each.
+const PUBLISH_BATCH: usize = 64;
 /// The raw publisher's publishes sent and not yet confirmed, at most.
 const CONFIRM_WINDOW: usize = 256;
 /// The raw publisher awaits the confirms of this many publishes at a time, once the window
 /// is full.
 const CONFIRM_BATCH: usize = 64;
 /// The raw consumer acknowledges at most this many deliveries with one `basic.ack`
-/// (`multiple: true`); fewer when no other delivery is ready. `ack_batch=1` (diagnostics)
-/// acknowledges each delivery on its own, as the link's import does.
+/// (`multiple: true`); fewer when no other delivery is ready.
 const ACK_BATCH: usize = 64;
 /// The goal: link/raw at least this, per payload (median of the per-round ratios).
 const GOAL: f64 = 0.90;
@@ -118,8 +125,34 @@ struct Ctx {
     /// Distinguishes the message ids of the raw client, as the link's process tag does.
     tag: String,
     next_prefix: AtomicU64,
-    /// The raw consumer's deliveries per ack, at most ([`ACK_BATCH`] unless diagnosing).
-    ack_batch: usize,
+    /// How the raw client batches.
+    batches: Batches,
+}
+
+/// How the raw client batches its publishes and its acks: [`Batches::WIRED`] unless
+/// diagnosing (a run with other batches is not published).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Batches {
+    /// Publishes started together (`publish_batch=N`).
+    publish: usize,
+    /// Deliveries acknowledged with one ack, at most (`ack_batch=N`).
+    ack: usize,
+}
+
+impl Batches {
+    const WIRED: Self = Self {
+        publish: PUBLISH_BATCH,
+        ack: ACK_BATCH,
+    };
+
+    fn parse() -> Self {
+        let args = links::Args::parse();
+        let num = |key, default: usize| args.num(key, default as u64).max(1) as usize;
+        Self {
+            publish: num("publish_batch", PUBLISH_BATCH),
+            ack: num("ack_batch", ACK_BATCH),
+        }
+    }
 }
 
 /// The names of one round's topology: the exchange is the prefix, the queue the one the
@@ -302,7 +335,7 @@ async fn receiver(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Rec
                 .or_fail("raw basic.consume")?;
             // The raw receiver gets the JSON body as bytes: two quotes longer.
             let tally = Tally::new(cell.messages, cell.size + 2);
-            let task = tokio::spawn(raw_receive(consumer, tally.clone(), ctx.ack_batch));
+            let task = tokio::spawn(raw_receive(consumer, tally.clone(), ctx.batches.ack));
             Ok(Receiver::Raw {
                 connection,
                 task,
@@ -476,28 +509,43 @@ impl Sender {
                 let origin = format!("{}-0", ctx.tag);
                 let tag = ctx.tag.clone();
                 let channel = channel.clone();
+                let batch = ctx.batches.publish;
                 tokio::spawn(async move {
-                    // Up to CONFIRM_WINDOW publishes awaiting their confirm; when the window
-                    // is full, the oldest CONFIRM_BATCH are awaited together.
+                    // Up to CONFIRM_WINDOW publishes awaiting their confirm; when there is no
+                    // room for the next batch, the oldest CONFIRM_BATCH are awaited together.
                     let mut window = VecDeque::with_capacity(CONFIRM_WINDOW);
-                    for i in 0..n {
-                        if window.len() == CONFIRM_WINDOW {
-                            for confirm in window.drain(..CONFIRM_BATCH) {
+                    let mut i = 0;
+                    while i < n {
+                        let end = (i + batch as u64).min(n);
+                        while !window.is_empty()
+                            && window.len() + (end - i) as usize > CONFIRM_WINDOW
+                        {
+                            let oldest = CONFIRM_BATCH.min(window.len());
+                            for confirm in window.drain(..oldest) {
                                 confirmed(confirm).await?;
                             }
                         }
-                        let id = format!("{tag}-{i}");
-                        let confirm = channel
-                            .basic_publish(
-                                exchange.clone(),
-                                TOPIC.into(),
-                                BasicPublishOptions::default(),
-                                &body,
-                                raw_properties(&id, &origin),
-                            )
-                            .await
-                            .or_fail("raw basic.publish")?;
-                        window.push_back(confirm);
+                        // Every publish of the batch is started (and queued for the I/O
+                        // thread, in order) before any is awaited.
+                        let ids: Vec<String> = (i..end).map(|i| format!("{tag}-{i}")).collect();
+                        let written: Vec<_> = ids
+                            .iter()
+                            .map(|id| {
+                                channel.basic_publish(
+                                    exchange.clone(),
+                                    TOPIC.into(),
+                                    BasicPublishOptions::default(),
+                                    &body,
+                                    raw_properties(id, &origin),
+                                )
+                            })
+                            .collect::<FuturesOrdered<_>>()
+                            .collect()
+                            .await;
+                        for confirm in written {
+                            window.push_back(confirm.or_fail("raw basic.publish")?);
+                        }
+                        i = end;
                     }
                     for confirm in window {
                         confirmed(confirm).await?;
@@ -704,14 +752,6 @@ fn machine() -> Value {
 // Main
 // ---------------------------------------------------------------------------------------------
 
-/// The raw consumer's deliveries per ack, `ack_batch=N` ([`ACK_BATCH`] unless diagnosing: a
-/// run with another is not published).
-fn ack_batch() -> usize {
-    links::Args::parse()
-        .num("ack_batch", ACK_BATCH as u64)
-        .max(1) as usize
-}
-
 fn main() {
     // `exit` skips destructors: the server is dropped (stopped) before it.
     let code = bench();
@@ -722,7 +762,7 @@ fn main() {
 
 /// The whole run; its exit code.
 fn bench() -> i32 {
-    let (o, ack_batch) = (Options::parse(), ack_batch());
+    let (o, batches) = (Options::parse(), Batches::parse());
     let Some(server) = RabbitServer::start() else {
         println!(
             "rabbitmq bench SKIPPED: no rabbitmq-server binary (set RABBITMQ_SERVER_BIN or \
@@ -731,11 +771,11 @@ fn bench() -> i32 {
         return 0;
     };
     let systems = links::systems(o.diag, o.systems.as_deref());
-    let run = Run::on_runtime(run(&o, ack_batch, &server, &systems));
+    let run = Run::on_runtime(run(&o, batches, &server, &systems));
     let table = links::table(&run.results, &links::names(&systems), "rabbitmq-server");
     let (met, lines) = links::ratio_goal(&run.results, |(median, ..)| median >= GOAL);
     println!("\n{table}\nGoal (link/raw ≥ {GOAL}):\n{lines}");
-    let partial = o.partial() || ack_batch != ACK_BATCH;
+    let partial = o.partial() || batches != Batches::WIRED;
     if let Err(code) = run.summary(o.rounds, partial, "rabbitmq.md") {
         return code;
     }
@@ -744,12 +784,14 @@ fn bench() -> i32 {
     run_json["runtime"] = json!("tokio multi-thread, 2 workers; publisher and receiver in this process on two AMQP connections (each with lapin's I/O thread); one rabbitmq-server (Erlang VM) process");
     run_json["settings"] = json!({
         "topology": "a durable topic exchange, a durable classic queue bound to it under the topic; persistent messages (delivery mode 2)",
+        "raw_publish_batch": PUBLISH_BATCH,
         "raw_confirm_window": CONFIRM_WINDOW,
         "raw_confirm_batch": CONFIRM_BATCH,
         "raw_ack_batch": ACK_BATCH,
+        "raw_publishes": "raw_publish_batch publishes started before any is awaited (lapin's I/O thread writes them together); at most raw_confirm_window unconfirmed, their confirms awaited raw_confirm_batch at a time",
         "raw_acks": "one basic.ack (multiple) every raw_ack_batch deliveries and whenever no delivery is ready, after counting them",
-        "link_exports": "what is queued for the export published at once on a confirm channel, its confirms awaited together (the link's batch export handler)",
-        "link_acks": "the link's settler: the handled messages due acknowledged together, through the engine's Inbound::ack",
+        "link_exports": "what is queued for the export published on a confirm channel, each publish's write awaited before the next, then its confirms awaited together (the link's batch export handler)",
+        "link_acks": "the link's settler hands the handled messages due to the engine's Inbound::ack together, which sends a basic.ack (not multiple) per message, each awaited before the next",
         "prefetch": queues.max_in_flight,
         "bus_capacity": 1024,
     });
@@ -775,7 +817,7 @@ fn bench() -> i32 {
 
 async fn run(
     o: &Options,
-    ack_batch: usize,
+    batches: Batches,
     server: &RabbitServer,
     systems: &[System],
 ) -> Vec<CellResult<Cell>> {
@@ -788,7 +830,7 @@ async fn run(
         queues: QueueOptions::default(),
         tag: format!("{:016x}", (u64::from(std::process::id()) << 32) | 0xbe4c),
         next_prefix: AtomicU64::new(1),
-        ack_batch,
+        batches,
     };
     let cells = one_mode::cells("durable", o.messages);
     let results = links::run_cells(&ctx, &cells, systems, o.rounds, o.quick).await;
