@@ -100,3 +100,10 @@ nats-bench *args:
 # ringbus-redis beside the raw redis client: Redis Streams, 64 B and 512 B, interleaved.
 redis-bench *args:
     RUSTFLAGS= cargo bench -p ringbus-bench --bench redis -- {{args}}
+
+# Writes the "rabbitmq" key of docs/benchmarks/results.json and the table in
+# docs/benchmarks/rabbitmq.md (RUSTFLAGS cleared); `just rabbitmq-bench quick` is a smoke run
+# that writes nothing. ringbus-rabbitmq beside the raw lapin client: publisher confirms and
+# manual acks on a durable queue, 64 B and 512 B, interleaved.
+rabbitmq-bench *args:
+    RUSTFLAGS= cargo bench -p ringbus-bench --bench rabbitmq -- {{args}}

@@ -486,8 +486,9 @@ fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<
         })
         .collect();
     let path = dir.join("results.json");
-    // The "nats" and "redis" keys are `benches/nats.rs`'s and `benches/redis.rs`'s (`just
-    // nats-bench`, `just redis-bench`): kept from the file replaced.
+    // The "nats", "redis" and "rabbitmq" keys are `benches/nats.rs`'s, `benches/redis.rs`'s and
+    // `benches/rabbitmq.rs`'s (`just nats-bench`, `just redis-bench`, `just rabbitmq-bench`):
+    // kept from the file replaced.
     let mut old = std::fs::read_to_string(&path)
         .ok()
         .and_then(|s| serde_json::from_str::<Value>(&s).ok())
@@ -502,7 +503,7 @@ fn write_results(dir: &Path, figures: &[Figure], run: Value) -> std::io::Result<
         "figures": objects,
         "latency": latency(),
     });
-    for key in ["nats", "redis"] {
+    for key in ["nats", "redis", "rabbitmq"] {
         let kept = old[key].take();
         if !kept.is_null() {
             results[key] = kept;

@@ -40,7 +40,6 @@
 //! Without a `nats-server` binary it prints a skip line and exits 0.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,10 +59,10 @@ mod common;
 #[path = "common/links.rs"]
 mod links;
 
-use common::{command, loadavg, max, median, min, read, utc_now};
+use common::{command, read};
 use links::{
-    fmt_rate, payload_text, poll_until, spread, CellResult, LinkBench, OrFail, Payload, Publishing,
-    RoundReceiver, RoundSender, Sample, Side, System, Tally, ROUND_TIMEOUT,
+    payload_text, poll_until, CellResult, LinkBench, OrFail, Payload, Publishing, RoundReceiver,
+    RoundSender, Run, Sample, Side, System, Tally,
 };
 
 /// The topic every round uses (each round under its own prefix, so its own subject and
@@ -321,28 +320,11 @@ impl RoundReceiver for Receiver {
             Receiver::Raw {
                 task, tally, slow, ..
             } => {
-                let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
-                loop {
-                    match tokio::time::timeout(Duration::from_millis(100), &mut *task).await {
-                        Ok(Ok(r)) => return r,
-                        Ok(Err(e)) => return Err(format!("raw receiver panicked: {e}")),
-                        Err(_) if slow.load(Ordering::Relaxed) => {
-                            return Err(format!(
-                                "the raw client dropped messages (slow consumer); {} of {} arrived",
-                                tally.seen(),
-                                cell.messages
-                            ))
-                        }
-                        Err(_) if tokio::time::Instant::now() > deadline => {
-                            return Err(format!(
-                                "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
-                                tally.seen(),
-                                cell.messages
-                            ))
-                        }
-                        Err(_) => {}
-                    }
-                }
+                links::raw_received(task, tally, || {
+                    slow.load(Ordering::Relaxed)
+                        .then(|| "the raw client dropped messages (slow consumer)".to_string())
+                })
+                .await
             }
             Receiver::Link { link, tally, .. } => {
                 let handled = tally
@@ -402,15 +384,13 @@ impl RoundReceiver for Receiver {
 
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
-        let bounded = Duration::from_secs(5);
         match self {
             Receiver::Raw { client, task, .. } => {
                 task.abort();
-                let _ = tokio::time::timeout(bounded, client.drain()).await;
+                let _ = tokio::time::timeout(links::ABANDON_WITHIN, client.drain()).await;
             }
             Receiver::Link { link, bus, .. } => {
-                link.close(bounded).await;
-                let _ = tokio::time::timeout(bounded, bus.close()).await;
+                links::abandon_link(link.close(links::ABANDON_WITHIN), bus).await;
             }
         }
     }
@@ -571,14 +551,12 @@ impl RoundSender for Sender {
 
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
-        let bounded = Duration::from_secs(5);
         match self {
             Sender::Raw(client) => {
-                let _ = tokio::time::timeout(bounded, client.drain()).await;
+                let _ = tokio::time::timeout(links::ABANDON_WITHIN, client.drain()).await;
             }
             Sender::Link { link, bus } => {
-                link.close(bounded).await;
-                let _ = tokio::time::timeout(bounded, bus.close()).await;
+                links::abandon_link(link.close(links::ABANDON_WITHIN), bus).await;
             }
         }
     }
@@ -636,17 +614,13 @@ impl LinkBench for Ctx {
 }
 
 async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<Sample, String> {
-    let rx = receiver(ctx, system.recv, cell, prefix).await?;
-    let tx = match sender(ctx, system.send, cell, prefix).await {
-        Ok(tx) => tx,
-        Err(e) => {
-            rx.abandon().await;
-            return Err(e);
-        }
-    };
-    let sample = links::measure(rx, tx, cell, ctx.server_pid, |tx| {
-        tx.start(ctx, system.send, cell, prefix)
-    })
+    let sample = links::measure(
+        receiver(ctx, system.recv, cell, prefix),
+        sender(ctx, system.send, cell, prefix),
+        cell,
+        ctx.server_pid,
+        |tx| tx.start(ctx, system.send, cell, prefix),
+    )
     .await?;
     if cell.kind == Kind::Js {
         verify_stream(ctx, prefix, cell.messages).await?;
@@ -662,58 +636,20 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
 /// 1.0, or lies above it), so the cost is within what the rounds scatter. JetStream: the
 /// median per-round ratio is at least 0.90.
 fn goals(results: &[CellResult<Cell>]) -> (Value, String) {
-    let mut core_met = true;
-    let mut js_met = true;
-    let mut lines = String::new();
-    for r in results.iter().filter(|r| r.failed.is_none()) {
-        let raw = r.rates("raw");
-        let link = r.rates("link");
-        if raw.is_empty() || link.is_empty() {
-            continue;
-        }
-        let ratio = spread(&r.ratios("link"));
-        let met = match r.cell.kind {
-            Kind::Core => {
-                let ok = ratio.2 >= 1.0;
-                core_met &= ok;
-                ok
-            }
-            Kind::Js => {
-                let ok = ratio.0 >= 0.90;
-                js_met &= ok;
-                ok
-            }
-        };
-        let _ = writeln!(
-            lines,
-            "- {} {} B: link/raw {:.2} [{:.2}–{:.2}]; link median {} vs raw {} [{}–{}]: {}",
-            r.cell.kind.name(),
-            r.cell.size,
-            ratio.0,
-            ratio.1,
-            ratio.2,
-            fmt_rate(median(&link)),
-            fmt_rate(median(&raw)),
-            fmt_rate(min(&raw)),
-            fmt_rate(max(&raw)),
-            if met { "met" } else { "NOT met" }
-        );
-    }
-    let has = |k: Kind| {
-        results
-            .iter()
-            .any(|r| r.cell.kind == k && r.failed.is_none())
-    };
+    let of = |kind: Kind| results.iter().filter(move |r| r.cell.kind == kind);
+    let (core_met, mut lines) = links::ratio_goal(of(Kind::Core), |(_, _, max)| max >= 1.0);
+    let (js_met, js_lines) = links::ratio_goal(of(Kind::Js), |(median, ..)| median >= 0.90);
+    lines.push_str(&js_lines);
     let verdict = json!({
         "core": {
             "goal": "the link adds no cost distinguishable from the spread of the rounds over the raw client",
             "criterion": "per payload: the largest per-round ratio link/raw is at least 1.0 (parity lies within the spread of the paired rounds)",
-            "met": if has(Kind::Core) { json!(core_met) } else { Value::Null },
+            "met": core_met,
         },
         "jetstream": {
             "goal": "the link costs at most 10% over the raw client",
             "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.90",
-            "met": if has(Kind::Js) { json!(js_met) } else { Value::Null },
+            "met": js_met,
         },
     });
     (verdict, lines)
@@ -794,19 +730,8 @@ fn bench() -> i32 {
         println!("nats bench SKIPPED: no nats-server binary (set NATS_SERVER_BIN or install it)");
         return 0;
     };
-    if cfg!(debug_assertions) {
-        eprintln!("warning: debug assertions are on; these figures are not for publication");
-    }
-    let started = Instant::now();
-    let load_start = loadavg();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
     let systems = links::systems(o.diag, o.systems.as_deref());
-    let results = rt.block_on(run(&o, &server, &systems));
-    let duration = started.elapsed();
+    let run = Run::on_runtime(run(&o, &server, &systems));
     // What the server warned about (slow consumers, for instance).
     for line in read(&server.log_path().to_string_lossy())
         .lines()
@@ -815,26 +740,31 @@ fn bench() -> i32 {
     {
         eprintln!("nats-server: {line}");
     }
-    let load_end = loadavg();
-    drop(rt);
 
-    let table = links::table(&results, &links::names(&systems), "nats-server");
-    let (verdict, lines) = goals(&results);
+    let table = links::table(&run.results, &links::names(&systems), "nats-server");
+    let (verdict, lines) = goals(&run.results);
     println!("\n{table}\nGoals:\n{lines}");
-    println!(
-        "{} rounds per cell, {:.0} s in all",
-        o.rounds,
-        duration.as_secs_f64()
-    );
-    let failed = results.iter().any(|r| r.failed.is_some());
-    if failed {
-        eprintln!("a cell failed: nothing written");
-        return 1;
+    let partial = o.quick || o.diag || o.only.is_some() || o.systems.is_some();
+    if let Err(code) = run.summary(o.rounds, partial, "nats.md") {
+        return code;
     }
-    if o.quick || o.diag || o.only.is_some() || o.systems.is_some() {
-        println!("(quick, diag or partial run: results.json and nats.md left unchanged)");
-        return 0;
+    let mut run_json = run.json("just nats-bench", o.rounds);
+    if let Some(map) = run_json.as_object_mut() {
+        // Published under this name since the first run: JetStream rounds are run again only
+        // after a pull stall.
+        if let Some(reruns) = map.remove("rounds_rerun") {
+            map.insert("rounds_rerun_after_pull_stall".into(), reruns);
+        }
     }
+    run_json["runtime"] = json!("tokio multi-thread, 2 workers; publisher and receiver in this process on two connections; one nats-server process");
+    run_json["settings"] = json!({
+        "core_receive_buffer_messages": IMPORT_BUFFER.max(o.core as usize),
+        "jetstream_storage": "file",
+        "jetstream_ack_window": ACK_WINDOW,
+        "jetstream_pull_batch": PULL_BATCH,
+        "jetstream_max_ack_pending": MAX_ACK_PENDING,
+        "bus_capacity": 1024,
+    });
     let nats = json!({
         "about": "ringbus-nats beside the raw async-nats client: messages per second end to end \
                   (first publish to last message received; JetStream: and every publish and \
@@ -842,35 +772,8 @@ fn bench() -> i32 {
                   order); ratio_to_raw = system / raw per round. Written by \
                   benches/nats.rs (`just nats-bench`); see nats.md.",
         "machine": machine(),
-        "run": {
-            "command": "just nats-bench",
-            "date": utc_now(),
-            "duration_s": (duration.as_secs_f64() * 10.0).round() / 10.0,
-            "rounds": o.rounds,
-            "warmup_rounds": 1,
-            "order": "cell by cell; in each cell one warm-up round per system, then rounds raw, link, bus, raw, link, bus, ...",
-            "runtime": "tokio multi-thread, 2 workers; publisher and receiver in this process on two connections; one nats-server process",
-            "rounds_rerun_after_pull_stall": results
-                .iter()
-                .flat_map(|r| {
-                    r.reruns
-                        .iter()
-                        .map(move |s| format!("{} {} B: {s}", r.cell.kind.name(), r.cell.size))
-                })
-                .collect::<Vec<_>>(),
-            "foreign_cpu_share_max_round": links::foreign_max(&results),
-            "load_average_start": load_start,
-            "load_average_end": load_end,
-            "settings": {
-                "core_receive_buffer_messages": IMPORT_BUFFER.max(o.core as usize),
-                "jetstream_storage": "file",
-                "jetstream_ack_window": ACK_WINDOW,
-                "jetstream_pull_batch": PULL_BATCH,
-                "jetstream_max_ack_pending": MAX_ACK_PENDING,
-                "bus_capacity": 1024,
-            },
-        },
-        "figures": links::figures_json(&results),
+        "run": run_json,
+        "figures": links::figures_json(&run.results),
         "goals": verdict,
     });
     i32::from(!links::publish("nats", nats, &table))

@@ -58,12 +58,15 @@ use tokio::task::JoinHandle;
 mod common;
 #[path = "common/links.rs"]
 mod links;
+#[path = "common/one_mode.rs"]
+mod one_mode;
 
-use common::{command, loadavg, median, utc_now};
+use common::command;
 use links::{
-    fmt_rate, payload_text, poll_until, spread, CellResult, LinkBench, OrFail, Payload, Publishing,
-    RoundReceiver, RoundSender, Sample, Side, System, Tally, ROUND_TIMEOUT,
+    payload_text, poll_until, CellResult, LinkBench, OrFail, Payload, Publishing, RoundReceiver,
+    RoundSender, Run, Sample, Side, System, Tally,
 };
+use one_mode::{Cell, Options};
 
 /// The topic every round uses (each round under its own prefix, so its own stream).
 const TOPIC: &str = "bench";
@@ -87,26 +90,6 @@ const FIELD_BODY: &str = "Ringbus-Body";
 // ---------------------------------------------------------------------------------------------
 // Cells and what every round shares
 // ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug)]
-struct Cell {
-    size: usize,
-    messages: u64,
-}
-
-impl links::Cell for Cell {
-    fn mode(&self) -> &'static str {
-        "streams"
-    }
-
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn messages(&self) -> u64 {
-        self.messages
-    }
-}
 
 /// What every round shares.
 struct Ctx {
@@ -358,33 +341,18 @@ impl RoundReceiver for Receiver {
     /// When the last message was received and acknowledged.
     async fn wait(&mut self, cell: Cell) -> Result<Instant, String> {
         match self {
-            Receiver::Raw { task, tally } => {
-                match tokio::time::timeout(ROUND_TIMEOUT, &mut *task).await {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(e)) => Err(format!("raw receiver panicked: {e}")),
-                    Err(_) => Err(format!(
-                        "only {} of {} messages arrived within {ROUND_TIMEOUT:?}",
-                        tally.seen(),
-                        cell.messages
-                    )),
-                }
-            }
+            Receiver::Raw { task, tally } => links::raw_received(task, tally, || None).await,
             Receiver::Link { link, tally, .. } => {
-                let handled = tally
-                    .wait(|| {
-                        let s = link.stats();
-                        (s.bad_input > 0
-                            || s.import_errors > 0
-                            || s.dead_lettered > 0
-                            || s.trimmed > 0
-                            || s.ack_errors > 0)
-                            .then(|| format!("the import lost or refused messages: {s:?}"))
-                    })
-                    .await?;
-                poll_until(handled, "the import did not ack every message", || {
-                    link.stats().acked >= cell.messages
-                })
-                .await
+                let lost = || {
+                    let s = link.stats();
+                    (s.bad_input > 0
+                        || s.import_errors > 0
+                        || s.dead_lettered > 0
+                        || s.trimmed > 0
+                        || s.ack_errors > 0)
+                        .then(|| format!("the import lost or refused messages: {s:?}"))
+                };
+                one_mode::imported(tally, cell.messages, lost, || link.stats().acked).await
             }
         }
     }
@@ -423,12 +391,10 @@ impl RoundReceiver for Receiver {
 
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
-        let bounded = Duration::from_secs(5);
         match self {
             Receiver::Raw { task, .. } => task.abort(),
             Receiver::Link { link, bus, .. } => {
-                link.close(bounded).await;
-                let _ = tokio::time::timeout(bounded, bus.close()).await;
+                links::abandon_link(link.close(links::ABANDON_WITHIN), bus).await;
             }
         }
     }
@@ -568,10 +534,8 @@ impl RoundSender for Sender {
 
     /// Tears down a round that failed, without checking anything.
     async fn abandon(self) {
-        let bounded = Duration::from_secs(5);
         if let Sender::Link { link, bus } = self {
-            link.close(bounded).await;
-            let _ = tokio::time::timeout(bounded, bus.close()).await;
+            links::abandon_link(link.close(links::ABANDON_WITHIN), bus).await;
         }
     }
 }
@@ -655,17 +619,13 @@ impl LinkBench for Ctx {
 }
 
 async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<Sample, String> {
-    let rx = receiver(ctx, system.recv, cell, prefix).await?;
-    let tx = match sender(ctx, system.send, prefix).await {
-        Ok(tx) => tx,
-        Err(e) => {
-            rx.abandon().await;
-            return Err(e);
-        }
-    };
-    let sample = links::measure(rx, tx, cell, ctx.server_pid, |tx| {
-        tx.start(ctx, system.send, cell, prefix)
-    })
+    let sample = links::measure(
+        receiver(ctx, system.recv, cell, prefix),
+        sender(ctx, system.send, prefix),
+        cell,
+        ctx.server_pid,
+        |tx| tx.start(ctx, system.send, cell, prefix),
+    )
     .await?;
     verify_stream(ctx, prefix, cell.messages).await?;
     Ok(sample)
@@ -678,39 +638,12 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
 /// The goal verdict: per payload, the median of the per-round ratios link/raw is at least
 /// [`GOAL`].
 fn goals(results: &[CellResult<Cell>]) -> (Json, String) {
-    let mut met = true;
-    let mut lines = String::new();
-    for r in results.iter().filter(|r| r.failed.is_none()) {
-        let (raw, link) = (r.rates("raw"), r.rates("link"));
-        if raw.is_empty() || link.is_empty() {
-            continue;
-        }
-        let ratio = spread(&r.ratios("link"));
-        let ok = ratio.0 >= GOAL;
-        met &= ok;
-        let (raw_m, raw_lo, raw_hi) = spread(&raw);
-        let _ = writeln!(
-            lines,
-            "- streams {} B: link/raw {:.2} [{:.2}–{:.2}]; link median {} vs raw {} [{}–{}]: {}",
-            r.cell.size,
-            ratio.0,
-            ratio.1,
-            ratio.2,
-            fmt_rate(median(&link)),
-            fmt_rate(raw_m),
-            fmt_rate(raw_lo),
-            fmt_rate(raw_hi),
-            if ok { "met" } else { "NOT met" }
-        );
-    }
-    let measured = results
-        .iter()
-        .any(|r| r.failed.is_none() && !r.rates("link").is_empty());
+    let (met, lines) = links::ratio_goal(results, |(median, ..)| median >= GOAL);
     let verdict = json!({
         "streams": {
             "goal": "the link moves at least 95% of the messages per second of the raw redis client",
             "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.95",
-            "met": if measured { json!(met) } else { Json::Null },
+            "met": met,
         },
     });
     (verdict, lines)
@@ -740,33 +673,17 @@ fn machine() -> Json {
 // Main
 // ---------------------------------------------------------------------------------------------
 
-struct Options {
-    quick: bool,
-    diag: bool,
-    rounds: usize,
-    messages: u64,
-    /// Run only these systems (for profiling one of them); nothing is written.
-    systems: Option<Vec<String>>,
-}
-
 fn options() -> Options {
-    let args = links::Args::parse();
-    let quick = args.flag("quick");
-    let messages = args.num("messages", if quick { 5_000 } else { 20_000 });
+    let o = Options::parse();
     if let Some(max_len) = StreamOptions::default().max_len {
         assert!(
-            messages <= max_len as u64,
-            "messages={messages}: at most the link's max_len ({max_len}), or a slow reader loses \
-             what the stream trims"
+            o.messages <= max_len as u64,
+            "messages={}: at most the link's max_len ({max_len}), or a slow reader loses what \
+             the stream trims",
+            o.messages
         );
     }
-    Options {
-        quick,
-        diag: args.flag("diag"),
-        rounds: args.num("rounds", if quick { 3 } else { 9 }) as usize,
-        messages,
-        systems: args.systems(),
-    }
+    o
 }
 
 fn main() {
@@ -786,41 +703,30 @@ fn bench() -> i32 {
         );
         return 0;
     };
-    if cfg!(debug_assertions) {
-        eprintln!("warning: debug assertions are on; these figures are not for publication");
-    }
-    let started = Instant::now();
-    let load_start = loadavg();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
     let systems = links::systems(o.diag, o.systems.as_deref());
-    let results = rt.block_on(run(&o, &server, &systems));
-    let duration = started.elapsed();
-    let load_end = loadavg();
-    drop(rt);
-
-    let table = links::table(&results, &links::names(&systems), "redis-server");
-    let (verdict, lines) = goals(&results);
+    let run = Run::on_runtime(run(&o, &server, &systems));
+    let table = links::table(&run.results, &links::names(&systems), "redis-server");
+    let (verdict, lines) = goals(&run.results);
     println!("\n{table}\nGoal (link/raw ≥ {GOAL}):\n{lines}");
-    println!(
-        "{} rounds per cell, {:.0} s in all; load average {:.2} at the start, {:.2} at the end",
-        o.rounds,
-        duration.as_secs_f64(),
-        load_start[0],
-        load_end[0]
-    );
-    if results.iter().any(|r| r.failed.is_some()) {
-        eprintln!("a cell failed: nothing written");
-        return 1;
-    }
-    if o.quick || o.diag || o.systems.is_some() {
-        println!("(quick, diag or partial run: results.json and redis.md left unchanged)");
-        return 0;
+    if let Err(code) = run.summary(o.rounds, o.partial(), "redis.md") {
+        return code;
     }
     let streams = StreamOptions::default();
+    let mut run_json = run.json("just redis-bench", o.rounds);
+    run_json["runtime"] = json!("tokio multi-thread, 2 workers; publisher and receiver in this process (raw: a publishing, a reading and an acking connection; link: the export link's connection, the import link's command and reading connections); one redis-server process without persistence");
+    run_json["settings"] = json!({
+        "raw_xadd_window": XADD_WINDOW,
+        "raw_xadd_pipeline": XADD_PIPE,
+        "raw_acks": "one XACK per batch read, sent without waiting; at most max_in_flight read and unacknowledged",
+        "link_acks": "one XACK of every handled message due, when the settler would wait (the link's settler)",
+        "link_exports": "what is queued for the export as one pipeline of XADDs, awaited (the link's batch export handler)",
+        "read_batch": streams.read_batch,
+        "max_in_flight": streams.max_in_flight,
+        "block_ms": streams.block.as_millis() as u64,
+        "max_len": streams.max_len,
+        "exact_trim": streams.exact_trim,
+        "bus_capacity": 1024,
+    });
     let redis = json!({
         "about": "ringbus-redis beside the raw redis client: messages per second end to end \
                   (first publish to last message received and acknowledged, every XADD \
@@ -828,33 +734,8 @@ fn bench() -> i32 {
                   order); ratio_to_raw = system / raw per round. Written by \
                   benches/redis.rs (`just redis-bench`); see redis.md.",
         "machine": machine(),
-        "run": {
-            "command": "just redis-bench",
-            "date": utc_now(),
-            "duration_s": (duration.as_secs_f64() * 10.0).round() / 10.0,
-            "rounds": o.rounds,
-            "warmup_rounds": 1,
-            "order": "cell by cell; in each cell one warm-up round per system, then rounds raw, link, bus, raw, link, bus, ...",
-            "runtime": "tokio multi-thread, 2 workers; publisher and receiver in this process (raw: a publishing, a reading and an acking connection; link: the export link's connection, the import link's command and reading connections); one redis-server process without persistence",
-            "rounds_rerun": results.iter().flat_map(|r| r.reruns.clone()).collect::<Vec<_>>(),
-            "foreign_cpu_share_max_round": links::foreign_max(&results),
-            "load_average_start": load_start,
-            "load_average_end": load_end,
-            "settings": {
-                "raw_xadd_window": XADD_WINDOW,
-                "raw_xadd_pipeline": XADD_PIPE,
-                "raw_acks": "one XACK per batch read, sent without waiting; at most max_in_flight read and unacknowledged",
-                "link_acks": "one XACK of every handled message due, when the settler would wait (the link's settler)",
-                "link_exports": "what is queued for the export as one pipeline of XADDs, awaited (the link's batch export handler)",
-                "read_batch": streams.read_batch,
-                "max_in_flight": streams.max_in_flight,
-                "block_ms": streams.block.as_millis() as u64,
-                "max_len": streams.max_len,
-                "exact_trim": streams.exact_trim,
-                "bus_capacity": 1024,
-            },
-        },
-        "figures": links::figures_json(&results),
+        "run": run_json,
+        "figures": links::figures_json(&run.results),
         "goals": verdict,
     });
     i32::from(!links::publish("redis", redis, &table))
@@ -877,12 +758,6 @@ async fn run(o: &Options, server: &RedisServer, systems: &[System]) -> Vec<CellR
         next_prefix: AtomicU64::new(1),
         diag: o.diag,
     };
-    let cells: Vec<Cell> = [64, 512]
-        .into_iter()
-        .map(|size| Cell {
-            size,
-            messages: o.messages,
-        })
-        .collect();
+    let cells = one_mode::cells("streams", o.messages);
     links::run_cells(&ctx, &cells, systems, o.rounds, o.quick).await
 }

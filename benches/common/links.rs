@@ -1,12 +1,13 @@
-//! What the link benches (`nats.rs`, `redis.rs`) share: the message and the counting
-//! handlers, the three systems and the two half links, the interleaved rounds of a cell, the
-//! statistics of their samples, the table and the JSON figures, and the writing of a bench's
-//! key of `results.json` and the table of its page. Included by both as
-//! `#[path = "common/links.rs"] mod links;`, beside `common/mod.rs` (not a bench target of its
-//! own). Each bench brings its engine's wiring: its cells, its round ([`LinkBench`]) and its
+//! What the link benches (`nats.rs`, `redis.rs`, `rabbitmq.rs`) share: the message and the
+//! counting handlers, the three systems and the two half links, the interleaved rounds of a
+//! cell, the statistics of their samples, the table, the JSON figures and the ratio goal, and
+//! the writing of a bench's key of `results.json` and the table of its page. Included by each
+//! as `#[path = "common/links.rs"] mod links;`, beside `common/mod.rs` (not a bench target of
+//! its own). Each bench brings its engine's wiring: its cells, its round ([`LinkBench`]) and its
 //! goals.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::common::{max, median, min, sig3, CpuTicks};
+use crate::common::{loadavg, max, median, min, sig3, utc_now, CpuTicks};
 
 /// How long a round may take before it counts as failed.
 pub(crate) const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -400,12 +401,53 @@ pub(crate) async fn published(task: Publishing) -> Result<Option<Instant>, Strin
     }
 }
 
-/// Times one round, from `start` (which spawns the publishing loop) until `rx` and `tx` are
-/// done, with the CPU time this process and the server (`server_pid`) spent meanwhile; then
-/// checks and closes both sides (untimed). A failure tears both down.
+/// How long tearing down a failed round's link (then its bus) may take.
+pub(crate) const ABANDON_WITHIN: Duration = Duration::from_secs(5);
+
+/// Tears down a link of a failed round, without checking anything: `closed` (its close,
+/// bounded by the link itself with [`ABANDON_WITHIN`]), then its bus, for at most
+/// [`ABANDON_WITHIN`].
+pub(crate) async fn abandon_link<R>(closed: impl Future<Output = R>, bus: Bus) {
+    closed.await;
+    let _ = tokio::time::timeout(ABANDON_WITHIN, bus.close()).await;
+}
+
+/// When a raw receiver's task saw the last message (and settled it), or why not: it failed
+/// or panicked, `lost` said messages were lost (checked every 100 ms), or `tally` still
+/// lacked messages after [`ROUND_TIMEOUT`].
+pub(crate) async fn raw_received(
+    task: &mut JoinHandle<Result<Instant, String>>,
+    tally: &Tally,
+    lost: impl Fn() -> Option<String>,
+) -> Result<Instant, String> {
+    let deadline = tokio::time::Instant::now() + ROUND_TIMEOUT;
+    let expected = tally.0.expected;
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), &mut *task).await {
+            Ok(Ok(r)) => return r,
+            Ok(Err(e)) => return Err(format!("raw receiver panicked: {e}")),
+            Err(_) => {
+                if let Some(why) = lost() {
+                    return Err(format!("{why}; {} of {expected} arrived", tally.seen()));
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "only {} of {expected} messages arrived within {ROUND_TIMEOUT:?}",
+                        tally.seen()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Sets up one round, the receiver first (torn down if the sender cannot be set up), then
+/// times it, from `start` (which spawns the publishing loop) until both sides are done, with
+/// the CPU time this process and the server (`server_pid`) spent meanwhile; then checks and
+/// closes both sides (untimed). A failure tears both down.
 pub(crate) async fn measure<C, R, S>(
-    mut rx: R,
-    tx: S,
+    receiver: impl Future<Output = Result<R, String>>,
+    sender: impl Future<Output = Result<S, String>>,
     cell: C,
     server_pid: Option<u32>,
     start: impl FnOnce(&S) -> Result<Publishing, String>,
@@ -415,6 +457,14 @@ where
     R: RoundReceiver<Cell = C>,
     S: RoundSender<Cell = C>,
 {
+    let mut rx = receiver.await?;
+    let tx = match sender.await {
+        Ok(tx) => tx,
+        Err(e) => {
+            rx.abandon().await;
+            return Err(e);
+        }
+    };
     let server = server_pid.map(|p| p.to_string()).unwrap_or_default();
     let (client0, server0, machine0) = (cpu_ns("self"), cpu_ns(&server), CpuTicks::now());
     let begun = Instant::now();
@@ -631,6 +681,126 @@ pub(crate) fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// A whole run of a link bench: every cell's figures, how long it took and the machine's load
+/// around it.
+pub(crate) struct Run<C> {
+    pub(crate) results: Vec<CellResult<C>>,
+    pub(crate) duration: Duration,
+    pub(crate) load_start: [f64; 3],
+    pub(crate) load_end: [f64; 3],
+}
+
+impl<C: Cell> Run<C> {
+    /// Runs `cells` (the bench's run of every cell) to the end on a tokio multi-thread
+    /// runtime with 2 workers, noting the load average before and after.
+    pub(crate) fn on_runtime(cells: impl Future<Output = Vec<CellResult<C>>>) -> Self {
+        if cfg!(debug_assertions) {
+            eprintln!("warning: debug assertions are on; these figures are not for publication");
+        }
+        let started = Instant::now();
+        let load_start = loadavg();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let results = rt.block_on(cells);
+        let duration = started.elapsed();
+        let load_end = loadavg();
+        drop(rt);
+        Self {
+            results,
+            duration,
+            load_start,
+            load_end,
+        }
+    }
+
+    /// Prints the run's length and load; `Err` with the exit code when nothing is to be
+    /// written: 1 after a failed cell, 0 for a `partial` run (quick, diag, profiling) of the
+    /// bench whose page is `page`.
+    pub(crate) fn summary(&self, rounds: usize, partial: bool, page: &str) -> Result<(), i32> {
+        println!(
+            "{rounds} rounds per cell, {:.0} s in all; load average {:.2} at the start, {:.2} at \
+             the end",
+            self.duration.as_secs_f64(),
+            self.load_start[0],
+            self.load_end[0]
+        );
+        if self.results.iter().any(|r| r.failed.is_some()) {
+            eprintln!("a cell failed: nothing written");
+            return Err(1);
+        }
+        if partial {
+            println!("(quick, diag or partial run: results.json and {page} left unchanged)");
+            return Err(0);
+        }
+        Ok(())
+    }
+
+    /// The `run` object of a bench's key in `results.json`, as far as every link bench
+    /// shares it (the bench adds its `runtime` and `settings`).
+    pub(crate) fn json(&self, command: &str, rounds: usize) -> Value {
+        json!({
+            "command": command,
+            "date": utc_now(),
+            "duration_s": (self.duration.as_secs_f64() * 10.0).round() / 10.0,
+            "rounds": rounds,
+            "warmup_rounds": 1,
+            "order": "cell by cell; in each cell one warm-up round per system, then rounds raw, link, bus, raw, link, bus, ...",
+            "rounds_rerun": self
+                .results
+                .iter()
+                .flat_map(|r| {
+                    r.reruns
+                        .iter()
+                        .map(move |s| format!("{} {} B: {s}", r.cell.mode(), r.cell.size()))
+                })
+                .collect::<Vec<_>>(),
+            "foreign_cpu_share_max_round": foreign_max(&self.results),
+            "load_average_start": self.load_start,
+            "load_average_end": self.load_end,
+        })
+    }
+}
+
+/// A goal verdict on the per-round ratios link/raw: whether every cell of `results` met
+/// `criterion` (given their median, min and max; `null` when no cell measured the link), and
+/// a line per cell.
+pub(crate) fn ratio_goal<'a, C: Cell + 'a>(
+    results: impl IntoIterator<Item = &'a CellResult<C>>,
+    criterion: impl Fn((f64, f64, f64)) -> bool,
+) -> (Value, String) {
+    let (mut met, mut measured) = (true, false);
+    let mut lines = String::new();
+    for r in results.into_iter().filter(|r| r.failed.is_none()) {
+        let (raw, link) = (r.rates("raw"), r.rates("link"));
+        if raw.is_empty() || link.is_empty() {
+            continue;
+        }
+        measured = true;
+        let ratio = spread(&r.ratios("link"));
+        let ok = criterion(ratio);
+        met &= ok;
+        let (raw_m, raw_lo, raw_hi) = spread(&raw);
+        let _ = writeln!(
+            lines,
+            "- {} {} B: link/raw {:.2} [{:.2}–{:.2}]; link median {} vs raw {} [{}–{}]: {}",
+            r.cell.mode(),
+            r.cell.size(),
+            ratio.0,
+            ratio.1,
+            ratio.2,
+            fmt_rate(median(&link)),
+            fmt_rate(raw_m),
+            fmt_rate(raw_lo),
+            fmt_rate(raw_hi),
+            if ok { "met" } else { "NOT met" }
+        );
+    }
+    (if measured { json!(met) } else { Value::Null }, lines)
+}
+
 /// The largest share of the machine other processes used in any round.
 pub(crate) fn foreign_max<C>(results: &[CellResult<C>]) -> f64 {
     r3(results
@@ -644,7 +814,7 @@ pub(crate) fn foreign_max<C>(results: &[CellResult<C>]) -> f64 {
 }
 
 /// The rates and ratios table, then the CPU per message of this process and of `server`
-/// (`nats-server`, `redis-server`).
+/// (`nats-server`, `redis-server`, `rabbitmq-server`).
 pub(crate) fn table<C: Cell>(results: &[CellResult<C>], names: &[&str], server: &str) -> String {
     let mut t = String::new();
     let _ = write!(t, "| mode | payload (body on the wire) | messages/round |");

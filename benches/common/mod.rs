@@ -1,6 +1,7 @@
 //! What the benchmark runners that publish figures share: the statistics of their rounds and
-//! the description of the machine the figures come from. Included by `compare.rs`, `nats.rs` and
-//! `redis.rs` as `#[path = "common/mod.rs"] mod common;` (not a bench target of its own).
+//! the description of the machine the figures come from. Included by `compare.rs`, `nats.rs`,
+//! `redis.rs` and `rabbitmq.rs` as `#[path = "common/mod.rs"] mod common;` (not a bench target of
+//! its own).
 
 use serde_json::{json, Value};
 
