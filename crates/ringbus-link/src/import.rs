@@ -1,7 +1,7 @@
 //! For engines: an at-least-once import, written once (feature `engine`).
 //!
 //! An engine says how to take messages from its broker and how to settle them ([`Inbound`]);
-//! [`run`] does the rest, the same on every engine:
+//! [`spawn`] does the rest, the same on every engine:
 //!
 //! - **Take**, at most `max_in_flight` messages held at a time: room for one more is
 //!   reserved before the broker is asked for more, so a slow bus holds the broker back
@@ -70,7 +70,7 @@ pub enum Redeliver {
 }
 
 /// One engine's at-least-once import of one topic: how messages are taken from the broker,
-/// read, and settled. [`run`] drives it.
+/// read, and settled. [`spawn`] drives it.
 ///
 /// Shared by the task that takes messages and the one that settles them, so every method
 /// takes `&self`; what only the taking side changes (a cursor, a stream of pulls) is the
@@ -99,7 +99,7 @@ pub trait Inbound: Send + Sync + Sized + 'static {
 
     /// Up to `room` messages (at least one room), waiting a bounded time for some; empty
     /// when none came. Errors are the engine's to log, count and back off from. Cancel safe:
-    /// [`run`] drops it when the link stops, and a message it took is then the broker's to
+    /// [`spawn`] drops it when the link stops, and a message it took is then the broker's to
     /// deliver again.
     fn take<'a>(
         &'a self,
