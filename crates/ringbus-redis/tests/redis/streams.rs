@@ -389,6 +389,36 @@ async fn a_message_that_cannot_be_exported_costs_only_itself() {
     bus.close().await;
 }
 
+
+/// A message published while Redis is down is sent again, not given up, while the server is
+/// unreachable (within `publish_retry_for`), and is stored once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_made_while_redis_is_down_is_stored_once_it_is_back() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let l = link(&server, &bus, options()).await;
+    l.export::<u64>("t").await.unwrap();
+    bus.publish("t", 1u64).await.unwrap();
+    eventually("the first exported", || l.stats().exported == 1).await;
+    server.kill();
+    bus.publish("t", 2u64).await.unwrap();
+    // The pipeline fails with a lost connection: it is sent again, not counted as an error.
+    eventually("a failed export seen", || {
+        let stats = l.stats();
+        stats.export_retries >= 1 || stats.export_errors >= 1
+    })
+    .await;
+    assert_eq!(l.stats().export_errors, 0, "{:?}", l.stats());
+    server.start_again();
+    eventually("the second exported", || l.stats().exported == 2).await;
+    let stored = entries(&l, "s:t").await;
+    let bodies: Vec<String> = stored.ids.iter().map(|e| field(e, "Ringbus-Body")).collect();
+    assert_eq!(bodies, ["2"], "a non-persistent server restarts empty");
+    assert!(l.close(WAIT).await.complete);
+    bus.close().await;
+}
 /// A topic linked both ways between two processes: each sees the other's messages, never its
 /// own back, and nothing loops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
