@@ -248,7 +248,7 @@ BUGS = [
      RABBIT + "export.rs",
      "            if started.elapsed() >= link.queues.publish_retry_for {\n",
      "            if true {\n",
-     plain("links", "cases::nothing_acknowledged_is_lost_across_a_server_kill_and_restart")),
+     plain("link", "an_export_made_while_the_server_is_down_is_delivered_once_it_is_back")),
     ("rabbitmq import: a dead letter loses its reason",
      RABBIT + "import.rs",
      "        headers.insert(DEAD_REASON.into(), AMQPValue::LongString(one_line.into()));\n",

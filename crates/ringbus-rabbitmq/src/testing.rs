@@ -287,6 +287,19 @@ impl RabbitServer {
     /// As [`start`](Self::start), if it does not come back within 60 s.
     pub fn restart(&mut self) {
         self.kill();
+        self.start_again();
+    }
+
+    /// Starts the server again after [`kill`](Self::kill), on the same ports, node name and
+    /// directory. Does nothing if it is running.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), if it does not come back within 60 s.
+    pub fn start_again(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
         // A fresh log, so readiness is read from the new run's lines only.
         let _ = fs::remove_file(self.log_path());
         self.start_server();

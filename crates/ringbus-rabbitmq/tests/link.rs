@@ -91,6 +91,69 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     drop(server);
 }
 
+/// A message published while RabbitMQ is down is published again, not given up, while the
+/// server is unreachable (within `publish_retry_for`), and is stored and delivered once the
+/// server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() {
+    let Some(mut server) = server().await else {
+        return;
+    };
+    let (publisher, subscriber) = (Bus::new(), Bus::new());
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let _sub = subscriber
+        .subscribe("d", move |m: &Msg| {
+            let _ = tx.send(*m.body());
+            async {}
+        })
+        .unwrap();
+    let (p, s) = (
+        link(&server, &publisher).await,
+        link(&server, &subscriber).await,
+    );
+    s.import::<Msg>("d").await.unwrap();
+    p.export::<Msg>("d").await.unwrap();
+    publisher.publish("d", Msg::new(1)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, seen.recv()).await.unwrap(),
+        Some(1)
+    );
+    server = tokio::task::spawn_blocking(move || {
+        server.kill();
+        server
+    })
+    .await
+    .unwrap();
+    publisher.publish("d", Msg::new(2)).await.unwrap();
+    // The publish fails with a lost connection: it is sent again, not counted as an error.
+    eventually("a failed export seen", || {
+        let stats = p.stats();
+        stats.export_retries >= 1 || stats.export_errors >= 1
+    })
+    .await;
+    assert_eq!(p.stats().export_errors, 0, "{:?}", p.stats());
+    server = tokio::task::spawn_blocking(move || {
+        server.start_again();
+        server
+    })
+    .await
+    .unwrap();
+    // Message 1 may come again (at least once: its ack may not have been stored at the kill).
+    loop {
+        match tokio::time::timeout(WAIT, seen.recv()).await.unwrap() {
+            Some(1) => continue,
+            got => {
+                assert_eq!(got, Some(2));
+                break;
+            }
+        }
+    }
+    assert_eq!(p.stats().exported, 2, "{:?}", p.stats());
+    assert!(p.close(WAIT).await.complete);
+    assert!(s.close(WAIT).await.complete);
+    drop(server);
+}
+
 /// A message given back for later (refused by a strict bus with no subscriber yet) stays
 /// unacknowledged with its consumer for `nack_delay`; the messages handled meanwhile are
 /// acknowledged together, and that acknowledgement must not take the waiting one with it: it
