@@ -25,6 +25,47 @@ async fn link(server: &RabbitServer, bus: &Bus) -> Link {
         .unwrap()
 }
 
+/// Two buses linked through `server` on `topic`: `publisher` exports it, `subscriber` imports
+/// it into a subscriber that sends each message's body to `seen`.
+struct Pair {
+    publisher: Bus,
+    p: Link,
+    s: Link,
+    seen: mpsc::UnboundedReceiver<u64>,
+    _sub: ringbus::Subscription,
+}
+
+impl Pair {
+    async fn new(server: &RabbitServer, topic: &str) -> Self {
+        let (publisher, subscriber) = (Bus::new(), Bus::new());
+        let (tx, seen) = mpsc::unbounded_channel();
+        let _sub = subscriber
+            .subscribe(topic, move |m: &Msg| {
+                let _ = tx.send(*m.body());
+                async {}
+            })
+            .unwrap();
+        let (p, s) = (
+            link(server, &publisher).await,
+            link(server, &subscriber).await,
+        );
+        s.import::<Msg>(topic).await.unwrap();
+        p.export::<Msg>(topic).await.unwrap();
+        Pair {
+            publisher,
+            p,
+            s,
+            seen,
+            _sub,
+        }
+    }
+
+    /// The next body the subscriber saw.
+    async fn next(&mut self) -> Option<u64> {
+        tokio::time::timeout(WAIT, self.seen.recv()).await.unwrap()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     let _ = tracing_subscriber::fmt()
@@ -34,33 +75,17 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     let Some(mut server) = server().await else {
         return;
     };
-    let (publisher, subscriber) = (Bus::new(), Bus::new());
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let _sub = subscriber
-        .subscribe("n", move |m: &Msg| {
-            let _ = tx.send(*m.body());
-            async {}
-        })
-        .unwrap();
-    let (p, s) = (
-        link(&server, &publisher).await,
-        link(&server, &subscriber).await,
-    );
-    s.import::<Msg>("n").await.unwrap();
-    p.export::<Msg>("n").await.unwrap();
+    let mut pair = Pair::new(&server, "n").await;
     // Names a queue name cannot be made of unambiguously, or that make one too long.
     for (topic, group) in [("z", "x.y"), (&*"t".repeat(200), &*"g".repeat(60))] {
-        let refused = s.import_shared::<Msg>(topic, group).await;
+        let refused = pair.s.import_shared::<Msg>(topic, group).await;
         assert!(
             matches!(refused, Err(LinkError::BadName { .. })),
             "{refused:?}"
         );
     }
-    publisher.publish("n", Msg::new(0)).await.unwrap();
-    assert_eq!(
-        tokio::time::timeout(WAIT, seen.recv()).await.unwrap(),
-        Some(0)
-    );
+    pair.publisher.publish("n", Msg::new(0)).await.unwrap();
+    assert_eq!(pair.next().await, Some(0));
     server = tokio::task::spawn_blocking(move || {
         server.restart();
         server
@@ -70,24 +95,24 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     let mut n = 1;
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        publisher.publish("n", Msg::new(n)).await.unwrap();
-        match tokio::time::timeout(Duration::from_millis(200), seen.recv()).await {
+        pair.publisher.publish("n", Msg::new(n)).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(200), pair.seen.recv()).await {
             Ok(Some(got)) if got > 0 => break,
             _ => assert!(
                 tokio::time::Instant::now() < deadline,
                 "no delivery after the restart: {:?} {:?}",
-                p.stats(),
-                s.stats()
+                pair.p.stats(),
+                pair.s.stats()
             ),
         }
         n += 1;
     }
     eventually("both links connected again", || {
-        p.stats().disconnects >= 1 && s.stats().disconnects >= 1
+        pair.p.stats().disconnects >= 1 && pair.s.stats().disconnects >= 1
     })
     .await;
-    assert!(p.close(WAIT).await.complete);
-    assert!(s.close(WAIT).await.complete);
+    assert!(pair.p.close(WAIT).await.complete);
+    assert!(pair.s.close(WAIT).await.complete);
     drop(server);
 }
 
@@ -99,39 +124,23 @@ async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() 
     let Some(mut server) = server().await else {
         return;
     };
-    let (publisher, subscriber) = (Bus::new(), Bus::new());
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let _sub = subscriber
-        .subscribe("d", move |m: &Msg| {
-            let _ = tx.send(*m.body());
-            async {}
-        })
-        .unwrap();
-    let (p, s) = (
-        link(&server, &publisher).await,
-        link(&server, &subscriber).await,
-    );
-    s.import::<Msg>("d").await.unwrap();
-    p.export::<Msg>("d").await.unwrap();
-    publisher.publish("d", Msg::new(1)).await.unwrap();
-    assert_eq!(
-        tokio::time::timeout(WAIT, seen.recv()).await.unwrap(),
-        Some(1)
-    );
+    let mut pair = Pair::new(&server, "d").await;
+    pair.publisher.publish("d", Msg::new(1)).await.unwrap();
+    assert_eq!(pair.next().await, Some(1));
     server = tokio::task::spawn_blocking(move || {
         server.kill();
         server
     })
     .await
     .unwrap();
-    publisher.publish("d", Msg::new(2)).await.unwrap();
+    pair.publisher.publish("d", Msg::new(2)).await.unwrap();
     // The publish fails with a lost connection: it is sent again, not counted as an error.
     eventually("a failed export seen", || {
-        let stats = p.stats();
+        let stats = pair.p.stats();
         stats.export_retries >= 1 || stats.export_errors >= 1
     })
     .await;
-    assert_eq!(p.stats().export_errors, 0, "{:?}", p.stats());
+    assert_eq!(pair.p.stats().export_errors, 0, "{:?}", pair.p.stats());
     server = tokio::task::spawn_blocking(move || {
         server.start_again();
         server
@@ -140,7 +149,7 @@ async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() 
     .unwrap();
     // Message 1 may come again (at least once: its ack may not have been stored at the kill).
     loop {
-        match tokio::time::timeout(WAIT, seen.recv()).await.unwrap() {
+        match pair.next().await {
             Some(1) => continue,
             got => {
                 assert_eq!(got, Some(2));
@@ -148,9 +157,9 @@ async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() 
             }
         }
     }
-    assert_eq!(p.stats().exported, 2, "{:?}", p.stats());
-    assert!(p.close(WAIT).await.complete);
-    assert!(s.close(WAIT).await.complete);
+    assert_eq!(pair.p.stats().exported, 2, "{:?}", pair.p.stats());
+    assert!(pair.p.close(WAIT).await.complete);
+    assert!(pair.s.close(WAIT).await.complete);
     drop(server);
 }
 
