@@ -147,8 +147,8 @@ BUGS = [
      NATS + "request.rs",
      "        let claims = claim_both_ways(&self.inner, topic)?;\n        let task = import::<T, R, C>",
      "        let claims = (\n"
-     "            self.inner.claim(topic, \"unchecked\")?,\n"
-     "            self.inner.claim(topic, \"unchecked too\")?,\n"
+     "            self.inner.runtime.claim(topic, \"unchecked\")?,\n"
+     "            self.inner.runtime.claim(topic, \"unchecked too\")?,\n"
      "        );\n"
      "        let task = import::<T, R, C>",
      plain("nats", "request::a_request_topic_is_linked_one_way_per_link")),
@@ -473,6 +473,12 @@ BUGS = [
      "    start + timeout + (LONGEST_WAIT - LONGEST_WAIT)\n",
      plain("links",
            "cases::a_close_with_an_unrepresentable_deadline_finishes")),
+    ("links: a link's state leaves Closed when its connection comes back",
+     LINK + "report.rs",
+     "                (now != CLOSED).then_some(value)\n",
+     "                Some(value)\n",
+     ({}, ["cargo", "test", "-q", "-p", "ringbus-link", "--features", "engine", "--lib", "--",
+           "--exact", "report::tests::a_closed_state_stays_closed"])),
     ("links: a dropped link call keeps its claim on the topic",
      LINK + "engine.rs",
      "        if let Some(key) = self.key.take() {\n"

@@ -12,11 +12,13 @@
 //! - [`redacted_url`]: a URL without its password, for a builder's `Debug`.
 //! - [`SubscribedExport`]: an export that is a bus subscription alone.
 //! - [`Runtime`]: what every link keeps beside its connection: the signal that stops its
-//!   imports, the count of what they hold, its claims and its tasks; [`log_close`], the
-//!   line a close ends with.
+//!   imports, the count of what they hold, its claims and its tasks. Its `add_export`,
+//!   `add_import` and `close` are the bodies of every engine's `Link` methods of those
+//!   names; [`refuse_echo`], the check of `link_both`.
 //!
-//! An engine keeps its own public types (its `Link`, `LinkError`, close report): these
-//! items give it what goes into them, never a type of its public API.
+//! An engine keeps its own `Link` (its docs say what each step means on its server); the
+//! types it reports with, [`LinkError`], [`CloseReport`] and
+//! [`ConnectionState`](crate::ConnectionState), are shared.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -29,7 +31,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::LONGEST_WAIT;
+use crate::report::{CloseReport, ConnectionState, State};
+use crate::{Codec, LinkError, LONGEST_WAIT};
 
 /// The topics a link has linked, each with its direction (`"export"` or `"import"`): a link
 /// links a topic at most once each way.
@@ -337,20 +340,6 @@ pub struct Runtime<E> {
     tasks: Tasks<E>,
 }
 
-/// Why a topic cannot be linked: each engine's `LinkError` has a variant for each.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refused {
-    /// The link is closed (or closing).
-    Closed,
-    /// The topic is already linked in that direction by this link.
-    AlreadyLinked {
-        /// The topic.
-        topic: String,
-        /// `"export"` or `"import"`.
-        direction: &'static str,
-    },
-}
-
 impl<E: Export> Runtime<E> {
     /// Nothing linked, nothing running.
     pub fn new() -> Self {
@@ -365,34 +354,110 @@ impl<E: Export> Runtime<E> {
     /// Records `topic` as linked in `direction`, or says why it cannot be. The claim is given
     /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
     /// that fails, or whose future is dropped midway, leaves the topic unlinked.
-    pub fn claim(&self, topic: &str, direction: &'static str) -> Result<Claim<'_>, Refused> {
+    pub fn claim(&self, topic: &str, direction: &'static str) -> Result<Claim<'_>, LinkError> {
         if self.stop_imports.is_cancelled() {
-            return Err(Refused::Closed);
+            return Err(LinkError::Closed);
         }
         self.claims
             .claim(topic, direction)
-            .ok_or_else(|| Refused::AlreadyLinked {
+            .ok_or_else(|| LinkError::AlreadyLinked {
                 topic: topic.to_string(),
                 direction,
             })
     }
 
-    /// Keeps a started import for `close`.
+    /// Links `topic` for export: claims it, awaits `start` (the engine's export, made and
+    /// subscribed) and keeps the task for `close`. A `start` that fails, or a call dropped
+    /// midway, leaves the topic unlinked.
+    pub async fn add_export(
+        &self,
+        topic: &str,
+        start: impl Future<Output = Result<E, LinkError>>,
+    ) -> Result<(), LinkError> {
+        let claim = self.claim(topic, "export")?;
+        let task = start.await?;
+        claim.keep();
+        self.tasks.push_export(task);
+        Ok(())
+    }
+
+    /// Links `topic` for import, as [`add_export`](Self::add_export) does for an export.
+    pub async fn add_import(
+        &self,
+        topic: &str,
+        start: impl Future<Output = Result<ImportTask, LinkError>>,
+    ) -> Result<(), LinkError> {
+        let claim = self.claim(topic, "import")?;
+        let task = start.await?;
+        claim.keep();
+        self.tasks.push_import(task);
+        Ok(())
+    }
+
+    /// Keeps a started import for `close` (for a task whose topic was claimed otherwise).
     pub fn push_import(&self, task: ImportTask) {
         self.tasks.push_import(task);
     }
 
-    /// Keeps a started export for `close`.
+    /// Keeps a started export for `close` (for a task whose topic was claimed otherwise).
     pub fn push_export(&self, task: E) {
         self.tasks.push_export(task);
     }
 
-    /// The first steps of a close: stops the imports, then [settles and
-    /// flushes](Tasks::settle_and_flush) within `deadline`.
-    pub async fn stop_and_settle(&self, deadline: Instant) -> Settled {
+    /// A link's close, within `timeout`: stops the imports and [settles and
+    /// flushes](Tasks::settle_and_flush); then runs the engine's own last steps, `finish`,
+    /// given the deadline and the step cut so far, which returns the step it cut, if any;
+    /// then marks the link's `state` closed, reads the engine's counters with `stats` and
+    /// logs the outcome as `engine`'s link `link`.
+    pub async fn close<S, F>(
+        &self,
+        (engine, link): (&'static str, &str),
+        timeout: Duration,
+        finish: impl FnOnce(Instant, Option<&'static str>) -> F,
+        state: &State,
+        stats: impl FnOnce() -> S,
+    ) -> CloseReport<S>
+    where
+        F: Future<Output = Option<&'static str>>,
+    {
+        let started = Instant::now();
+        let deadline = deadline_after(started, timeout);
         self.stop_imports.cancel();
-        self.tasks.settle_and_flush(&self.held, deadline).await
+        let settled = self.tasks.settle_and_flush(&self.held, deadline).await;
+        let cut_at = finish(deadline, settled.cut_at).await;
+        state.set(ConnectionState::Closed);
+        let report = CloseReport {
+            complete: cut_at.is_none(),
+            cut_at,
+            unsettled_imports: settled.unsettled_imports,
+            unacked_exports: settled.unacked_exports,
+            stats: stats(),
+            elapsed: started.elapsed(),
+        };
+        match cut_at {
+            None => tracing::info!(link, elapsed = ?report.elapsed, "{engine} link closed"),
+            Some(cut_at) => tracing::warn!(
+                link,
+                cut_at,
+                unsettled_imports = report.unsettled_imports,
+                unacked_exports = report.unacked_exports,
+                "{engine} link close cut by its deadline"
+            ),
+        }
+        report
     }
+}
+
+/// Refuses to link `topic` both ways with a `codec` that does not record which messages were
+/// imported: each message would go out and come back forever.
+pub fn refuse_echo<T, C: Codec<T>>(topic: &str, codec: &C) -> Result<(), LinkError> {
+    if codec.records_origin() {
+        return Ok(());
+    }
+    Err(LinkError::EchoLoop {
+        topic: topic.to_string(),
+        message_type: std::any::type_name::<T>(),
+    })
 }
 
 impl<E: Export> Default for Runtime<E> {
@@ -431,27 +496,6 @@ pub fn redacted_url(url: &str) -> String {
         "<redacted>".to_string() // `redis://password@host`: the lone part is a password
     };
     format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
-}
-
-/// The line a close ends with: `info` when it completed, `warn` with what the deadline cut.
-pub fn log_close(
-    engine: &str,
-    link: &str,
-    elapsed: Duration,
-    cut_at: Option<&'static str>,
-    unsettled_imports: u64,
-    unacked_exports: u64,
-) {
-    match cut_at {
-        None => tracing::info!(link, ?elapsed, "{engine} link closed"),
-        Some(cut_at) => tracing::warn!(
-            link,
-            cut_at,
-            unsettled_imports,
-            unacked_exports,
-            "{engine} link close cut by its deadline"
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,6 @@
 use std::error::Error;
 use std::fmt;
 
-use crate::engine::Refused;
-
 /// A wrapped error: the client library's, or a message.
 type Source = Box<dyn Error + Send + Sync>;
 
@@ -141,17 +139,6 @@ impl Error for LinkError {
             LinkError::Connect(e) | LinkError::Setup(e) => Some(&**e),
             LinkError::Bus(e) => Some(e),
             _ => None,
-        }
-    }
-}
-
-impl From<Refused> for LinkError {
-    fn from(refused: Refused) -> Self {
-        match refused {
-            Refused::Closed => LinkError::Closed,
-            Refused::AlreadyLinked { topic, direction } => {
-                LinkError::AlreadyLinked { topic, direction }
-            }
         }
     }
 }

@@ -13,7 +13,9 @@
 //! - [`Envelope`]: a body with an id and headers, which records that it was imported.
 //! - [`names`], [`ids`], [`wire`]: for engines: the reserved names they write, message ids,
 //!   and the checks every wire format makes around its framing.
-//! - `LinkError` (feature `engine`): the error of every engine's link.
+//! - `LinkError`, `CloseReport`, `ConnectionState` (feature `engine`): the error of every
+//!   engine's link, what its `close` did, and the state of its connection (kept by an
+//!   engine in a `State`).
 //! - `engine` (feature `engine`): for engines: what their runtimes share (claims on linked
 //!   topics, the import task, the first steps of a close), `import`: the at-least-once
 //!   import written once, over an engine's `Inbound`, and `server`: what their test-server
@@ -47,6 +49,8 @@ pub mod names;
 #[cfg(feature = "engine")]
 pub mod otel;
 #[cfg(feature = "engine")]
+mod report;
+#[cfg(feature = "engine")]
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -55,6 +59,8 @@ pub mod wire;
 pub use codec::{Codec, CodecError, Envelope, HeaderError, Headers, Json, Meta};
 #[cfg(feature = "engine")]
 pub use error::LinkError;
+#[cfg(feature = "engine")]
+pub use report::{CloseReport, ConnectionState, State};
 
 /// The longest wait a link takes as given: 30 years. A longer one in a link's options, such
 /// as `Duration::MAX` for "no limit", counts as this. Engines turn waits into instants and

@@ -7,10 +7,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::{Client, ConnectOptions, Event};
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, log_close, Runtime};
+use ringbus_link::engine::{refuse_echo, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::LONGEST_WAIT;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Codec, Json};
@@ -169,7 +168,7 @@ impl LinkBuilder {
             .filter(|u| !u.is_empty())
             .collect();
         let client = options.connect(urls).await.map_err(LinkError::connect)?;
-        counters.set_state(ConnectionState::Connected);
+        counters.state.set(ConnectionState::Connected);
         let id = next_link_id();
         let max_message_bytes = self
             .max_message_bytes
@@ -251,12 +250,12 @@ fn on_event(counters: &Counters, closed: &CancellationToken, event: Event) {
     match event {
         Event::Connected => {
             add(&counters.connects);
-            counters.set_state(ConnectionState::Connected);
+            counters.state.set(ConnectionState::Connected);
             tracing::info!("ringbus-nats: connected to NATS");
         }
         Event::Disconnected => {
             add(&counters.disconnects);
-            counters.set_state(ConnectionState::Disconnected);
+            counters.state.set(ConnectionState::Disconnected);
             tracing::warn!("ringbus-nats: disconnected from NATS; reconnecting");
         }
         Event::SlowConsumer(sid) => {
@@ -268,7 +267,7 @@ fn on_event(counters: &Counters, closed: &CancellationToken, event: Event) {
             );
         }
         Event::Closed => {
-            counters.set_state(ConnectionState::Closed);
+            counters.state.set(ConnectionState::Closed);
             closed.cancel();
             tracing::info!("ringbus-nats: connection closed");
         }
@@ -375,11 +374,8 @@ impl Link {
         C: Codec<T>,
     {
         let subject = self.subject(topic)?;
-        let claim = self.inner.claim(topic, "export")?;
-        let task = export::start::<T, C>(&self.inner, topic, subject, mode, codec).await?;
-        claim.keep();
-        self.inner.runtime.push_export(task);
-        Ok(())
+        let start = export::start::<T, C>(&self.inner, topic, subject, mode, codec);
+        self.inner.runtime.add_export(topic, start).await
     }
 
     /// Publishes every message arriving on the subject of `topic` into the local topic,
@@ -486,12 +482,8 @@ impl Link {
         if let Sharing::Shared(group) = &sharing {
             subject::check(group, "queue group")?;
         }
-        let claim = self.inner.claim(topic, "import")?;
-        let task =
-            import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec).await?;
-        claim.keep();
-        self.inner.runtime.push_import(task);
-        Ok(())
+        let start = import::start::<T, C>(&self.inner, topic, subject, mode, &sharing, codec);
+        self.inner.runtime.add_import(topic, start).await
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
@@ -525,12 +517,7 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T> + Clone,
     {
-        if !codec.records_origin() {
-            return Err(LinkError::EchoLoop {
-                topic: topic.to_string(),
-                message_type: std::any::type_name::<T>(),
-            });
-        }
+        refuse_echo(topic, &codec)?;
         self.export_with(topic, mode, codec.clone()).await?;
         self.import_with(topic, mode, codec).await
     }
@@ -553,56 +540,32 @@ impl Link {
     /// Not cancel safe: dropped midway, the link is left half closed (imports stopped,
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
-        let started = Instant::now();
-        let deadline = deadline_after(started, timeout);
         let link = &self.inner;
-        // 1. Imports: each task stops pulling and settles what it holds.
-        // 2. Exports: unsubscribe (which hands over what is queued), then await the acks.
-        let settled = link.runtime.stop_and_settle(deadline).await;
-        let mut cut_at = settled.cut_at;
-        let (unsettled_imports, unacked_exports) =
-            (settled.unsettled_imports, settled.unacked_exports);
-
-        // 3. A request round trip: the server has processed everything sent before it.
-        if cut_at.is_none() {
-            match tokio::time::timeout_at(deadline, link.round_trip()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "ringbus-nats close: the flush round trip failed");
-                    cut_at = Some("round trip");
+        let round_trip_and_drain = |deadline, mut cut_at: Option<&'static str>| async move {
+            // 3. A request round trip: the server has processed everything sent before it.
+            if cut_at.is_none() {
+                match tokio::time::timeout_at(deadline, link.round_trip()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "ringbus-nats close: the flush round trip failed");
+                        cut_at = Some("round trip");
+                    }
+                    Err(_) => cut_at = Some("round trip"),
                 }
-                Err(_) => cut_at = Some("round trip"),
             }
-        }
-
-        // 4. Drain the connection and wait for its closed event.
-        if let Err(e) = link.client.drain().await {
-            tracing::warn!(error = %e, "ringbus-nats close: drain failed");
-        }
-        if tokio::time::timeout_at(deadline, link.closed.cancelled())
-            .await
-            .is_err()
-        {
-            cut_at = cut_at.or(Some("draining the connection"));
-        }
-        link.counters.set_state(ConnectionState::Closed);
-        let report = LinkCloseReport {
-            complete: cut_at.is_none(),
-            cut_at,
-            unsettled_imports,
-            unacked_exports,
-            stats: link.counters.snapshot(),
-            elapsed: started.elapsed(),
+            // 4. Drain the connection and wait for its closed event.
+            if let Err(e) = link.client.drain().await {
+                tracing::warn!(error = %e, "ringbus-nats close: drain failed");
+            }
+            let closed = tokio::time::timeout_at(deadline, link.closed.cancelled()).await;
+            cut_at.or(closed.err().map(|_| "draining the connection"))
         };
-        log_close(
-            "ringbus-nats",
-            &link.id,
-            report.elapsed,
-            report.cut_at,
-            unsettled_imports,
-            unacked_exports,
-        );
-        report
+        let (counters, name) = (&link.counters, ("ringbus-nats", link.id.as_str()));
+        let stats = || counters.snapshot();
+        let runtime = &link.runtime;
+        runtime
+            .close(name, timeout, round_trip_and_drain, &counters.state, stats)
+            .await
     }
 }
 

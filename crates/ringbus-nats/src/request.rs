@@ -567,8 +567,8 @@ fn claim_both_ways<'a>(
     link: &'a LinkShared,
     topic: &str,
 ) -> Result<(Claim<'a>, Claim<'a>), LinkError> {
-    let export = link.claim(topic, "export")?;
-    let import = link.claim(topic, "import")?;
+    let export = link.runtime.claim(topic, "export")?;
+    let import = link.runtime.claim(topic, "import")?;
     Ok((export, import))
 }
 

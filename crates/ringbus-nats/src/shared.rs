@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_nats::{jetstream, Client};
 use ringbus::Bus;
-use ringbus_link::engine::{Claim, Runtime};
+use ringbus_link::engine::Runtime;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LinkError;
@@ -89,16 +89,5 @@ impl LinkShared {
             Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    /// Records `topic` as linked in `direction`, or says it already is. The claim is given
-    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
-    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
-    pub(crate) fn claim(
-        &self,
-        topic: &str,
-        direction: &'static str,
-    ) -> Result<Claim<'_>, LinkError> {
-        Ok(self.runtime.claim(topic, direction)?)
     }
 }

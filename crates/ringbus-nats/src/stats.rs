@@ -1,22 +1,13 @@
 //! What a link counts, and the report of its close.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The state of the connection to NATS.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnectionState {
-    /// Connected.
-    Connected,
-    /// Lost; the client is reconnecting (subscriptions and consumers come back with it).
-    Disconnected,
-    /// Closed by [`Link::close`](crate::Link::close).
-    Closed,
-}
+pub use ringbus_link::ConnectionState;
+use ringbus_link::State;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) state: AtomicU8,
+    pub(crate) state: State,
     pub(crate) connects: AtomicU64,
     pub(crate) disconnects: AtomicU64,
     pub(crate) exported: AtomicU64,
@@ -45,28 +36,11 @@ pub(crate) fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-const CONNECTED: u8 = 0;
-const DISCONNECTED: u8 = 1;
-const CLOSED: u8 = 2;
-
 impl Counters {
-    pub(crate) fn set_state(&self, state: ConnectionState) {
-        let v = match state {
-            ConnectionState::Connected => CONNECTED,
-            ConnectionState::Disconnected => DISCONNECTED,
-            ConnectionState::Closed => CLOSED,
-        };
-        self.state.store(v, Ordering::Relaxed);
-    }
-
     pub(crate) fn snapshot(&self) -> LinkStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         LinkStats {
-            state: match self.state.load(Ordering::Relaxed) {
-                CONNECTED => ConnectionState::Connected,
-                DISCONNECTED => ConnectionState::Disconnected,
-                _ => ConnectionState::Closed,
-            },
+            state: self.state.get(),
             connects: get(&self.connects),
             disconnects: get(&self.disconnects),
             exported: get(&self.exported),
@@ -97,7 +71,8 @@ impl Counters {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LinkStats {
-    /// The connection's state.
+    /// The connection's state: `Disconnected` while the client reconnects (subscriptions
+    /// and consumers come back with it).
     pub state: ConnectionState,
     /// Connections made (the first and every reconnect).
     pub connects: u64,
@@ -152,23 +127,6 @@ pub struct LinkStats {
     pub late_replies: u64,
 }
 
-/// What [`Link::close`](crate::Link::close) did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LinkCloseReport {
-    /// True if every step finished inside the deadline.
-    pub complete: bool,
-    /// The step the deadline cut, if any (also "settling imports" if an import's task had
-    /// ended by a panic: what it held was not settled).
-    pub cut_at: Option<&'static str>,
-    /// Imports handed to the bus and not settled (acked or given back) when the deadline
-    /// passed; JetStream delivers them again.
-    pub unsettled_imports: u64,
-    /// Exports not confirmed when the deadline passed, at most: still queued for NATS (as
-    /// counted when the close reached them) or awaiting their JetStream ack.
-    pub unacked_exports: u64,
-    /// The counters at the end.
-    pub stats: LinkStats,
-    /// How long the close took.
-    pub elapsed: Duration,
-}
+/// What [`Link::close`](crate::Link::close) did: JetStream delivers again what an import
+/// held unsettled.
+pub type LinkCloseReport = ringbus_link::CloseReport<LinkStats>;

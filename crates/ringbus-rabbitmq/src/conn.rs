@@ -5,13 +5,12 @@
 //! where it is used next (a channel asked for, or an operation that failed), counted once,
 //! and replaced at the next request; the caller decides how long to wait before asking again.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::{Channel, Connection, ConnectionProperties};
 
-use crate::stats::{add, Counters};
+use crate::stats::{add, ConnectionState, Counters};
 
 /// A connection made on demand and made again after it is lost.
 pub(crate) struct Conn {
@@ -65,7 +64,7 @@ impl Conn {
                 Err(_) => return Err(format!("no connection within {:?}", self.timeout)),
             };
         add(&self.counters.connects);
-        self.counters.connected.store(true, Ordering::Relaxed);
+        self.counters.state.set(ConnectionState::Connected);
         let channel = connection
             .create_channel()
             .await
@@ -91,7 +90,7 @@ impl Conn {
     fn lost(&self, current: &mut Option<Connection>) {
         if current.take().is_some() {
             add(&self.counters.disconnects);
-            self.counters.connected.store(false, Ordering::Relaxed);
+            self.counters.state.set(ConnectionState::Disconnected);
             tracing::warn!(link = %self.name, "ringbus-rabbitmq: the connection was lost; connecting again");
         }
     }
@@ -104,7 +103,7 @@ impl Conn {
                 tracing::debug!(error = %e, "ringbus-rabbitmq: closing the connection failed");
             }
         }
-        self.counters.connected.store(false, Ordering::Relaxed);
+        self.counters.state.set(ConnectionState::Disconnected);
     }
 }
 
@@ -112,10 +111,7 @@ impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
             .field("name", &self.name)
-            .field(
-                "connected",
-                &self.counters.connected.load(Ordering::Relaxed),
-            )
+            .field("state", &self.counters.state.get())
             .finish_non_exhaustive()
     }
 }

@@ -9,10 +9,9 @@ use lapin::options::ExchangeDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::ExchangeKind;
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, log_close, redacted_url, Runtime};
+use ringbus_link::engine::{redacted_url, refuse_echo, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
-use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::{check_name, LinkError};
@@ -259,11 +258,8 @@ impl Link {
         C: Codec<T>,
     {
         check_name(topic, "topic")?;
-        let claim = self.inner.runtime.claim(topic, "export")?;
-        let task = export::start::<T, C>(&self.inner, topic, codec)?;
-        claim.keep();
-        self.inner.runtime.push_export(task);
-        Ok(())
+        let start = async { export::start::<T, C>(&self.inner, topic, codec) };
+        self.inner.runtime.add_export(topic, start).await
     }
 
     /// Publishes every message of the queue `<prefix>.<group>.<topic>` into the local topic,
@@ -356,11 +352,8 @@ impl Link {
                 });
             }
         }
-        let claim = self.inner.runtime.claim(topic, "import")?;
-        let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
-        claim.keep();
-        self.inner.runtime.push_import(task);
-        Ok(())
+        let start = import::start::<T, C>(&self.inner, topic, group, codec);
+        self.inner.runtime.add_import(topic, start).await
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
@@ -390,12 +383,7 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T> + Clone,
     {
-        if !codec.records_origin() {
-            return Err(LinkError::EchoLoop {
-                topic: topic.to_string(),
-                message_type: std::any::type_name::<T>(),
-            });
-        }
+        refuse_echo(topic, &codec)?;
         self.export_with(topic, codec.clone()).await?;
         self.import_with(topic, codec).await
     }
@@ -414,37 +402,17 @@ impl Link {
     /// Not cancel safe: dropped midway, the link is left half closed (imports stopped,
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
-        let started = Instant::now();
-        let deadline = deadline_after(started, timeout);
         let link = &self.inner;
-        let settled = link.runtime.stop_and_settle(deadline).await;
-        let mut cut_at = settled.cut_at;
-        if tokio::time::timeout_at(deadline, link.conn.close())
-            .await
-            .is_err()
-        {
-            cut_at = cut_at.or(Some("closing the connection"));
-        }
-        link.counters
-            .closed
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let report = LinkCloseReport {
-            complete: cut_at.is_none(),
-            cut_at,
-            unsettled_imports: settled.unsettled_imports,
-            unacked_exports: settled.unacked_exports,
-            stats: link.counters.snapshot(),
-            elapsed: started.elapsed(),
+        let close_connection = |deadline, cut_at: Option<&'static str>| async move {
+            let closed = tokio::time::timeout_at(deadline, link.conn.close()).await;
+            cut_at.or(closed.err().map(|_| "closing the connection"))
         };
-        log_close(
-            "ringbus-rabbitmq",
-            &link.id,
-            report.elapsed,
-            report.cut_at,
-            report.unsettled_imports,
-            report.unacked_exports,
-        );
-        report
+        let (counters, name) = (&link.counters, ("ringbus-rabbitmq", link.id.as_str()));
+        let stats = || counters.snapshot();
+        let runtime = &link.runtime;
+        runtime
+            .close(name, timeout, close_connection, &counters.state, stats)
+            .await
     }
 }
 

@@ -3,16 +3,16 @@
 //! Every counter is a relaxed atomic: each is a tally on its own, read as a snapshot; no
 //! reader infers anything about other memory from a value it reads.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringbus_link::import::Count;
+pub use ringbus_link::ConnectionState;
+use ringbus_link::State;
 
 /// The counters of a link; [`LinkStats`] is their snapshot.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) connected: AtomicBool,
-    pub(crate) closed: AtomicBool,
+    pub(crate) state: State,
     pub(crate) connects: AtomicU64,
     pub(crate) disconnects: AtomicU64,
     pub(crate) exported: AtomicU64,
@@ -29,22 +29,12 @@ pub(crate) struct Counters {
     pub(crate) import_errors: AtomicU64,
 }
 
-/// The state of the link's connection to RabbitMQ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnectionState {
-    /// Connected.
-    Connected,
-    /// The connection was lost; the link connects again at its next use.
-    Disconnected,
-    /// Closed by [`Link::close`](crate::Link::close).
-    Closed,
-}
-
 /// A snapshot of a link's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LinkStats {
-    /// The connection's state.
+    /// The connection's state: `Disconnected` after a lost connection, until the link's
+    /// next use connects again.
     pub state: ConnectionState,
     /// Connections made (the first and every reconnect).
     pub connects: u64,
@@ -101,15 +91,8 @@ impl Counters {
 
     pub(crate) fn snapshot(&self) -> LinkStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let state = if self.closed.load(Ordering::Relaxed) {
-            ConnectionState::Closed
-        } else if self.connected.load(Ordering::Relaxed) {
-            ConnectionState::Connected
-        } else {
-            ConnectionState::Disconnected
-        };
         LinkStats {
-            state,
+            state: self.state.get(),
             connects: load(&self.connects),
             disconnects: load(&self.disconnects),
             exported: load(&self.exported),
@@ -129,21 +112,4 @@ impl Counters {
 }
 
 /// What [`Link::close`](crate::Link::close) did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LinkCloseReport {
-    /// True if every step finished inside the deadline.
-    pub complete: bool,
-    /// The step the deadline cut, if any (also "settling imports" if an import's task had
-    /// ended by a panic: what it held was not settled).
-    pub cut_at: Option<&'static str>,
-    /// Imports handed to the bus and not settled when the deadline passed; RabbitMQ delivers
-    /// them again once the connection closes.
-    pub unsettled_imports: u64,
-    /// Exports not confirmed when the deadline passed, at most.
-    pub unacked_exports: u64,
-    /// The counters at the end.
-    pub stats: LinkStats,
-    /// How long the close took.
-    pub elapsed: Duration,
-}
+pub type LinkCloseReport = ringbus_link::CloseReport<LinkStats>;

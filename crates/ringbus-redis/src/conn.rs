@@ -79,9 +79,7 @@ impl Conn {
             .await?;
         let generation = current.as_ref().map_or(0, |l| l.generation) + 1;
         add(&self.counters.connects);
-        if !self.counters.is_closed() {
-            self.counters.set_state(ConnectionState::Connected);
-        }
+        self.counters.state.set(ConnectionState::Connected);
         tracing::debug!(role = %self.role, "ringbus-redis: connected");
         *current = Some(Lease {
             connection: connection.clone(),
@@ -107,9 +105,7 @@ impl Conn {
         {
             *current = None;
             add(&self.counters.disconnects);
-            if !self.counters.is_closed() {
-                self.counters.set_state(ConnectionState::Disconnected);
-            }
+            self.counters.state.set(ConnectionState::Disconnected);
             tracing::warn!(role = %self.role, error = %error, "ringbus-redis: connection lost; reconnecting");
         }
     }

@@ -7,16 +7,15 @@ use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{deadline_after, log_close, redacted_url, Runtime};
+use ringbus_link::engine::{redacted_url, refuse_echo, Runtime};
 use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
-use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::{check_name, LinkError};
 use crate::options::StreamOptions;
 use crate::shared::LinkShared;
-use crate::stats::{ConnectionState, Counters, LinkCloseReport, LinkStats};
+use crate::stats::{Counters, LinkCloseReport, LinkStats};
 use crate::{export, import};
 
 /// Builds a [`Link`]: where to connect, under which key prefix, with which stream settings.
@@ -295,11 +294,8 @@ impl Link {
         C: Codec<T>,
     {
         check_name(topic, "topic")?;
-        let claim = self.inner.claim(topic, "export")?;
-        let task = export::start::<T, C>(&self.inner, topic, codec)?;
-        claim.keep();
-        self.inner.runtime.push_export(task);
-        Ok(())
+        let start = async { export::start::<T, C>(&self.inner, topic, codec) };
+        self.inner.runtime.add_export(topic, start).await
     }
 
     /// Publishes every message of the stream `<prefix>:<topic>` into the local topic,
@@ -394,11 +390,8 @@ impl Link {
     {
         check_name(topic, "topic")?;
         check_name(group, "group")?;
-        let claim = self.inner.claim(topic, "import")?;
-        let task = import::start::<T, C>(&self.inner, topic, group, codec).await?;
-        claim.keep();
-        self.inner.runtime.push_import(task);
-        Ok(())
+        let start = import::start::<T, C>(&self.inner, topic, group, codec);
+        self.inner.runtime.add_import(topic, start).await
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
@@ -441,12 +434,7 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T> + Clone,
     {
-        if !codec.records_origin() {
-            return Err(LinkError::EchoLoop {
-                topic: topic.to_string(),
-                message_type: std::any::type_name::<T>(),
-            });
-        }
+        refuse_echo(topic, &codec)?;
         self.export_with(topic, codec.clone()).await?;
         self.import_with(topic, codec).await
     }
@@ -466,33 +454,16 @@ impl Link {
     /// Not cancel safe: dropped midway, the link is left half closed (imports stopped,
     /// exports possibly unsubscribed). Bound it with `timeout` instead.
     pub async fn close(&self, timeout: Duration) -> LinkCloseReport {
-        let started = Instant::now();
-        let deadline = deadline_after(started, timeout);
         let link = &self.inner;
-        // 1. Imports: each task stops reading and settles what it holds.
-        // 2. Exports: unsubscribe, which hands over (and so adds) what is queued.
-        let settled = link.runtime.stop_and_settle(deadline).await;
-        let (unsettled_imports, unacked_exports) =
-            (settled.unsettled_imports, settled.unacked_exports);
-
-        link.counters.set_state(ConnectionState::Closed);
-        let report = LinkCloseReport {
-            complete: settled.cut_at.is_none(),
-            cut_at: settled.cut_at,
-            unsettled_imports,
-            unacked_exports,
-            stats: link.counters.snapshot(),
-            elapsed: started.elapsed(),
-        };
-        log_close(
-            "ringbus-redis",
-            &link.id,
-            report.elapsed,
-            report.cut_at,
-            unsettled_imports,
-            unacked_exports,
-        );
-        report
+        // Nothing is left to do after the imports and exports: each command's connection
+        // closes when its last user drops it.
+        let nothing_more = |_deadline, cut_at| async move { cut_at };
+        let (counters, name) = (&link.counters, ("ringbus-redis", link.id.as_str()));
+        let stats = || counters.snapshot();
+        let runtime = &link.runtime;
+        runtime
+            .close(name, timeout, nothing_more, &counters.state, stats)
+            .await
     }
 }
 

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use redis::Client;
 use ringbus::Bus;
-use ringbus_link::engine::{Claim, Runtime, SubscribedExport};
+use ringbus_link::engine::{Runtime, SubscribedExport};
 
 use crate::conn::Conn;
-use crate::error::LinkError;
 use crate::options::StreamOptions;
 use crate::stats::Counters;
 
@@ -47,16 +46,5 @@ impl LinkShared {
     /// The dead-letter stream key of `topic`.
     pub(crate) fn dead_letter_key(&self, topic: &str) -> String {
         format!("{}:{topic}", self.dead_letter_prefix)
-    }
-
-    /// Records `topic` as linked in `direction`, or says it already is. The claim is given
-    /// back when the returned guard is dropped, unless it was [kept](Claim::keep): a call
-    /// that fails, or whose future is dropped midway, leaves the topic unlinked.
-    pub(crate) fn claim(
-        &self,
-        topic: &str,
-        direction: &'static str,
-    ) -> Result<Claim<'_>, LinkError> {
-        Ok(self.runtime.claim(topic, direction)?)
     }
 }

@@ -3,25 +3,16 @@
 //! Every counter is a relaxed atomic: each is a tally on its own, read as a snapshot; no
 //! reader infers anything about other memory from a value it reads.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The state of the link's connections to Redis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnectionState {
-    /// Connected: the last connection made is in use, and no command has failed on it.
-    Connected,
-    /// A connection was lost; the link reconnects on its next command.
-    Disconnected,
-    /// Closed by [`Link::close`](crate::Link::close).
-    Closed,
-}
+pub use ringbus_link::ConnectionState;
+use ringbus_link::State;
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
-            pub(crate) state: AtomicU8,
+            pub(crate) state: State,
             $(pub(crate) $name: AtomicU64,)*
         }
 
@@ -29,7 +20,9 @@ macro_rules! counters {
         #[derive(Clone, Debug, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct LinkStats {
-            /// The connections' state.
+            /// The connections' state: `Connected` while the last connection made is in use
+            /// and no command has failed on it; `Disconnected` after a lost connection, until
+            /// the link's next command connects again.
             pub state: ConnectionState,
             $($(#[$doc])* pub $name: u64,)*
         }
@@ -37,11 +30,7 @@ macro_rules! counters {
         impl Counters {
             pub(crate) fn snapshot(&self) -> LinkStats {
                 LinkStats {
-                    state: match self.state.load(Ordering::Relaxed) {
-                        CONNECTED => ConnectionState::Connected,
-                        DISCONNECTED => ConnectionState::Disconnected,
-                        _ => ConnectionState::Closed,
-                    },
+                    state: self.state.get(),
                     $($name: self.$name.load(Ordering::Relaxed),)*
                 }
             }
@@ -95,43 +84,6 @@ pub(crate) fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-const CONNECTED: u8 = 0;
-const DISCONNECTED: u8 = 1;
-const CLOSED: u8 = 2;
-
-impl Counters {
-    pub(crate) fn set_state(&self, state: ConnectionState) {
-        let v = match state {
-            ConnectionState::Connected => CONNECTED,
-            ConnectionState::Disconnected => DISCONNECTED,
-            ConnectionState::Closed => CLOSED,
-        };
-        self.state.store(v, Ordering::Relaxed);
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Relaxed) == CLOSED
-    }
-}
-
-/// What [`Link::close`](crate::Link::close) did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LinkCloseReport {
-    /// True if every step finished inside the deadline.
-    pub complete: bool,
-    /// The step the deadline cut, if any (also "settling imports" if an import's task had
-    /// ended by a panic: what it held was not settled).
-    pub cut_at: Option<&'static str>,
-    /// Imports handed to the bus and not settled (acked, given back or dead-lettered) when
-    /// the deadline passed; they stay pending in their group and are claimed again after
-    /// `claim_idle`.
-    pub unsettled_imports: u64,
-    /// Exports not confirmed when the deadline passed, at most: still queued for Redis (as
-    /// counted when the close reached them) or awaiting XADD's answer.
-    pub unacked_exports: u64,
-    /// The counters at the end.
-    pub stats: LinkStats,
-    /// How long the close took.
-    pub elapsed: Duration,
-}
+/// What [`Link::close`](crate::Link::close) did: what an import held unsettled stays
+/// pending in its group and is claimed again after `claim_idle`.
+pub type LinkCloseReport = ringbus_link::CloseReport<LinkStats>;

@@ -389,7 +389,6 @@ async fn a_message_that_cannot_be_exported_costs_only_itself() {
     bus.close().await;
 }
 
-
 /// A message published while Redis is down is sent again, not given up, while the server is
 /// unreachable (within `publish_retry_for`), and is stored once Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,7 +413,11 @@ async fn an_export_made_while_redis_is_down_is_stored_once_it_is_back() {
     server.start_again();
     eventually("the second exported", || l.stats().exported == 2).await;
     let stored = entries(&l, "s:t").await;
-    let bodies: Vec<String> = stored.ids.iter().map(|e| field(e, "Ringbus-Body")).collect();
+    let bodies: Vec<String> = stored
+        .ids
+        .iter()
+        .map(|e| field(e, "Ringbus-Body"))
+        .collect();
     assert_eq!(bodies, ["2"], "a non-persistent server restarts empty");
     assert!(l.close(WAIT).await.complete);
     bus.close().await;
