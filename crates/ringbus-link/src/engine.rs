@@ -18,7 +18,7 @@
 //!
 //! An engine keeps its own `Link` (its docs say what each step means on its server); the
 //! types it reports with, [`LinkError`], [`CloseReport`] and
-//! [`ConnectionState`](crate::ConnectionState), are shared.
+//! [`ConnectionState`], are shared.
 
 use std::collections::HashSet;
 use std::fmt;
