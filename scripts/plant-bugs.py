@@ -152,6 +152,11 @@ BUGS = [
      "        );\n"
      "        let task = import::<T, R, C>",
      plain("nats", "request::a_request_topic_is_linked_one_way_per_link")),
+    ("nats export: a message that fails drops the rest of its batch",
+     NATS + "export.rs",
+     "                    first_error.get_or_insert(e);\n",
+     "                    return Err(HandlerError::new(e));\n",
+     plain("nats", "link::a_codec_that_panics_costs_its_message_only")),
     ("links wire: a panic in the codec's decode is not caught (nats's test)",
      LINK + "wire.rs",
      "    decode_caught(codec, body, meta).map_err(|_| BadInput::Decode)\n",

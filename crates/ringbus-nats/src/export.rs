@@ -1,4 +1,5 @@
-//! Exports: a bus subscriber per exported topic hands each local message to NATS.
+//! Exports: a batch subscriber per exported topic hands each local message to NATS, in the
+//! topic's order, a batch of what is queued at a time.
 //!
 //! Core: `publish` into the client (bounded: it waits while the client's queue is full).
 //! JetStream: publish, then queue the ack future to this topic's acker task through a
@@ -15,7 +16,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use ringbus::{Handler, HandlerError, SubscribeOptions};
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
@@ -87,23 +88,29 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     }
 }
 
-impl<T: Send + Sync + 'static, C: Codec<T>> Handler<T> for Exporter<T, C> {
+impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for Exporter<T, C> {
+    /// Exports each message of `batch` in order. A message that fails is counted and logged
+    /// and costs only itself; the batch's result is the first failure.
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
-        msg: &'a T,
+        batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
         async move {
-            self.export(msg).await.map_err(|e| {
-                add(&self.link.counters.export_errors);
-                tracing::warn!(
-                    topic = %self.topic,
-                    subject = %self.subject,
-                    error = %e,
-                    "ringbus-nats: message not exported"
-                );
-                HandlerError::new(e)
-            })
+            let mut first_error: Option<ExportError> = None;
+            for msg in batch.iter() {
+                if let Err(e) = self.export(msg).await {
+                    add(&self.link.counters.export_errors);
+                    tracing::warn!(
+                        topic = %self.topic,
+                        subject = %self.subject,
+                        error = %e,
+                        "ringbus-nats: message not exported"
+                    );
+                    first_error.get_or_insert(e);
+                }
+            }
+            first_error.map_or(Ok(()), |e| Err(HandlerError::new(e)))
         }
     }
 }
@@ -248,7 +255,7 @@ where
         _message: PhantomData,
     };
     let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));
-    let subscription = match link.bus.subscribe_with(&topic, options, exporter) {
+    let subscription = match link.bus.subscribe_batch(&topic, options, exporter) {
         Ok(s) => s,
         Err(e) => {
             if let Some((acker, _)) = acker {

@@ -248,9 +248,11 @@ async fn a_codec_that_panics_costs_its_message_only() {
         import.import_with("n", mode, Touchy).await.unwrap();
         let export = Link::builder(server.url()).connect(&sender).await.unwrap();
         export.export_with("n", mode, Touchy).await.unwrap();
-        for n in [13u64, 14, 42, 43] {
-            sender.publish("n", n).await.unwrap();
-        }
+        // One batch: the export's failure on 13 must not cost 14, 42 and 43.
+        sender
+            .publish_batch("n", [13u64, 14, 42, 43])
+            .await
+            .unwrap();
         assert_eq!(recv(&mut rx).await, 42, "{mode:?}");
         assert_eq!(recv(&mut rx).await, 43, "{mode:?}");
         eventually("the export error counted", || {
