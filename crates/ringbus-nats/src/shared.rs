@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::LinkError;
 use crate::options::JetStreamOptions;
 use crate::stats::Counters;
+use crate::subject::covers;
 use crate::task::ExportTask;
 
 pub(crate) struct LinkShared {
@@ -67,8 +68,10 @@ impl LinkShared {
             .await
             .map_err(|e| js_err(&e))?;
         let info = stream.cached_info();
-        if !info.config.subjects.iter().any(|s| s == subject) {
-            // Made by another link (or for another topic): add this topic's subject.
+        if !info.config.subjects.iter().any(|s| covers(s, subject)) {
+            // Made by another link (or for another topic): add this topic's subject. A stream
+            // with a wildcard that already matches it must be left alone (the server refuses
+            // an overlapping subject).
             let mut config = info.config.clone();
             config.subjects.push(subject.to_string());
             self.jetstream

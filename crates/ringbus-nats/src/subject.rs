@@ -38,6 +38,21 @@ pub(crate) fn subject(prefix: &str, topic: &str) -> Result<String, LinkError> {
     Ok(format!("{prefix}.{topic}"))
 }
 
+/// Whether `filter` (a stream's subject, which may hold wildcards: `*` one token, `>` the
+/// rest) matches the plain subject `subject`.
+pub(crate) fn covers(filter: &str, subject: &str) -> bool {
+    let mut tokens = subject.split('.');
+    for part in filter.split('.') {
+        match (part, tokens.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (part, Some(token)) if part == token => {}
+            _ => return false,
+        }
+    }
+    tokens.next().is_none()
+}
+
 /// A name usable as a JetStream stream or consumer name: letters, digits, '-' and '_'.
 pub(crate) fn durable_name(parts: &[&str]) -> String {
     parts
@@ -82,6 +97,30 @@ mod tests {
             );
         }
         assert!(subject("app", &"a".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn a_stream_subject_covers_what_its_wildcards_match() {
+        for (filter, subject) in [
+            ("app.orders", "app.orders"),
+            ("app.>", "app.orders"),
+            ("app.>", "app.orders.eu"),
+            ("app.*", "app.orders"),
+            ("*.orders", "app.orders"),
+            ("app.*.eu", "app.orders.eu"),
+        ] {
+            assert!(covers(filter, subject), "{filter} {subject}");
+        }
+        for (filter, subject) in [
+            ("app.orders", "app.orders.eu"),
+            ("app.orders.eu", "app.orders"),
+            ("app.>", "app"),
+            ("app.*", "app.orders.eu"),
+            ("other.>", "app.orders"),
+            ("app.order", "app.orders"),
+        ] {
+            assert!(!covers(filter, subject), "{filter} {subject}");
+        }
     }
 
     #[test]

@@ -462,6 +462,35 @@ async fn an_existing_consumer_keeps_its_settings_and_the_link_follows_them() {
     assert!(out.close(WAIT).await.complete);
 }
 
+/// A stream made beforehand (by an operator, or another tool) whose wildcard subject already
+/// covers the topic's is used as it is: adding the topic's own subject would overlap, which
+/// the server refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_wildcard_covers_the_topic_is_used_as_it_is() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let link = js_link(&server, "wild", JetStreamOptions::default(), &bus).await;
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    raw.create_stream(async_nats::jetstream::stream::Config {
+        name: link.stream_name().to_string(),
+        subjects: vec!["wild.>".to_string()],
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    link.export::<u64>("t", Mode::JetStream).await.unwrap();
+    bus.publish("t", 7u64).await.unwrap();
+    eventually("the export acked", || link.stats().export_acked == 1).await;
+    let mut stream = raw.get_stream(link.stream_name()).await.unwrap();
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.config.subjects, ["wild.>"], "the stream was changed");
+    assert_eq!(info.state.messages, 1);
+    assert!(link.close(WAIT).await.complete);
+}
+
 /// On a strict bus, a JetStream message that arrives while its topic has no local subscriber
 /// is refused by the bus (`NoSubscriber`) and delivered again; on the last delivery the
 /// consumer allows it is dead-lettered, not left where the server
