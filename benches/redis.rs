@@ -75,7 +75,7 @@ const XADD_WINDOW: usize = 256;
 /// The raw publisher's XADDs per pipeline (as the link's export sends what is queued as one).
 const XADD_PIPE: usize = 64;
 /// The goal: link/raw at least this, per payload (median of the per-round ratios).
-const GOAL: f64 = 0.95;
+const GOAL: f64 = 0.90;
 /// How long a connection waits for a connect or for a reply (the link's defaults).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -641,8 +641,8 @@ fn goals(results: &[CellResult<Cell>]) -> (Json, String) {
     let (met, lines) = links::ratio_goal(results, |(median, ..)| median >= GOAL);
     let verdict = json!({
         "streams": {
-            "goal": "the link moves at least 95% of the messages per second of the raw redis client",
-            "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.95",
+            "goal": "the link moves at least 90% of the messages per second of the raw redis client",
+            "criterion": "per payload: the median of the per-round ratios link/raw is at least 0.90",
             "met": met,
         },
     });
