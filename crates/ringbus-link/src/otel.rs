@@ -8,6 +8,11 @@
 //! ([`continue_trace`]) and publishes into the bus with it as the parent of the local handler
 //! spans, so one trace covers the publisher, the broker and the remote handlers.
 //!
+//! Every engine's export is a batch handler: one `ringbus.handle` span covers the messages
+//! exported together, and it is a child of the first parent given to their publishes. So
+//! messages published with different parents that are exported in one batch all carry the
+//! first one's trace context.
+//!
 //! Nothing is written or read while no `tracing-opentelemetry` layer records the spans: the
 //! export's span then has no valid OpenTelemetry context.
 

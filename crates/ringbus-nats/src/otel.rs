@@ -13,8 +13,9 @@
 //!    └─ ringbus.handle  subscriber bill
 //! ```
 //!
-//! - **Export.** An export is a handler call of the bus (a subscriber named
-//!   `nats-export:<topic>`), so it runs inside a `ringbus.handle` span; its OpenTelemetry
+//! - **Export.** An export is a batch handler call of the bus (a subscriber named
+//!   `nats-export:<topic>`), so it runs inside a `ringbus.handle` span (one for the messages
+//!   exported together, a child of the first parent given to their publishes); its OpenTelemetry
 //!   context (through `tracing-opentelemetry`) is written into the message's headers with
 //!   OpenTelemetry's W3C propagator (`traceparent`, and `tracestate` if any), by the encoding
 //!   every engine shares (`ringbus_link::wire::encode`, see `ringbus_link::otel`). JetStream
