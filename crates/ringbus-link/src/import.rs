@@ -145,11 +145,7 @@ pub trait Inbound: Send + Sync + Sized + 'static {
             engine = Self::ENGINE,
             otel.kind = "consumer",
         );
-        if span.is_disabled() {
-            return Context::new();
-        }
-        crate::otel::continue_trace(&span, |name| self.header(message, name));
-        Context::new().with_parent(span)
+        crate::otel::import_context(span, |name| self.header(message, name))
     }
     /// The message as the settler keeps it (an engine may free what settling does not need,
     /// here, on the task that made it).

@@ -16,11 +16,25 @@
 //! Nothing is written or read while no `tracing-opentelemetry` layer records the spans: the
 //! export's span then has no valid OpenTelemetry context.
 
+use ringbus::Context;
+
 #[cfg(feature = "otel")]
 pub use enabled::{continue_trace, inject};
 
 #[cfg(not(feature = "otel"))]
 pub use disabled::{continue_trace, inject};
+
+/// The context an import publishes a message with: `span` (the engine's `ringbus.import`
+/// span) as the parent of the local handler spans, continuing the trace that `get` reads from
+/// the message's headers; a plain context when `span` is disabled (nobody listens at its
+/// level), so an import pays for a span only when one is recorded.
+pub fn import_context<'a>(span: tracing::Span, get: impl Fn(&str) -> Option<&'a str>) -> Context {
+    if span.is_disabled() {
+        return Context::new();
+    }
+    continue_trace(&span, get);
+    Context::new().with_parent(span)
+}
 
 #[cfg(feature = "otel")]
 mod enabled {

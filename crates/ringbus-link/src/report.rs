@@ -55,11 +55,6 @@ impl State {
                 (now != CLOSED).then_some(value)
             });
     }
-
-    /// True once the link is closed.
-    pub fn is_closed(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == CLOSED
-    }
 }
 
 impl Default for State {
@@ -103,6 +98,5 @@ mod tests {
         state.set(ConnectionState::Connected);
         state.set(ConnectionState::Disconnected);
         assert_eq!(state.get(), ConnectionState::Closed);
-        assert!(state.is_closed());
     }
 }

@@ -40,33 +40,19 @@
 //! export's span then has no valid OpenTelemetry context, and `ringbus.import` is disabled
 //! (and not kept by the bus) when nobody listens at `DEBUG`.
 //!
-//! Without the feature, [`inject`] and [`context`] are empty inline functions.
+//! Without the feature, [`context`] is an empty inline function; exports write the headers
+//! through `ringbus_link::wire::encode`.
 
 #[cfg(feature = "otel")]
-pub(crate) use enabled::{context, inject};
+pub(crate) use enabled::context;
 
 #[cfg(not(feature = "otel"))]
-pub(crate) use disabled::{context, inject};
+pub(crate) use disabled::context;
 
 #[cfg(feature = "otel")]
 mod enabled {
-    use std::str::FromStr;
-
-    use async_nats::{HeaderMap, HeaderName, HeaderValue};
+    use async_nats::{HeaderMap, HeaderValue};
     use ringbus::Context;
-
-    /// Writes the trace context of the current span into `headers` (nothing if the span has
-    /// no valid OpenTelemetry context).
-    pub(crate) fn inject(headers: &mut HeaderMap) {
-        ringbus_link::otel::inject(|key, value| {
-            // A propagator's names and values are valid header text; a bad one is skipped
-            // rather than panicking (`HeaderMap::insert` with strings panics).
-            if let (Ok(name), Ok(value)) = (HeaderName::from_str(key), HeaderValue::from_str(value))
-            {
-                headers.insert(name, value);
-            }
-        });
-    }
 
     /// The context to publish an import with: its handler spans' parent is a `ringbus.import`
     /// span continuing the trace in `headers`, if any.
@@ -78,15 +64,7 @@ mod enabled {
             subject,
             otel.kind = "consumer",
         );
-        if span.is_disabled() {
-            return Context::new();
-        }
-        if let Some(headers) = headers {
-            ringbus_link::otel::continue_trace(&span, |name| {
-                headers.get(name).map(HeaderValue::as_str)
-            });
-        }
-        Context::new().with_parent(span)
+        ringbus_link::otel::import_context(span, |name| headers?.get(name).map(HeaderValue::as_str))
     }
 }
 
@@ -94,10 +72,6 @@ mod enabled {
 mod disabled {
     use async_nats::HeaderMap;
     use ringbus::Context;
-
-    /// Without the feature `otel`: nothing.
-    #[inline(always)]
-    pub(crate) fn inject(_: &mut HeaderMap) {}
 
     /// Without the feature `otel`: a context that changes nothing.
     #[inline(always)]

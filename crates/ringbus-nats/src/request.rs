@@ -172,8 +172,6 @@ where
         if let Ok(v) = left.to_string().parse::<HeaderValue>() {
             headers.insert(TIMEOUT_HEADER, v);
         }
-        // Feature `otel`: the trace context of this forwarder's handler span (see `otel`).
-        crate::otel::inject(&mut headers);
         let token = self.pending.next_token.fetch_add(1, Ordering::Relaxed);
         {
             let mut table = self.pending.table();

@@ -80,12 +80,12 @@ pub(crate) fn header<'a>(properties: &'a BasicProperties, name: &str) -> Option<
 
 /// The exporting link's id, if the message names one.
 pub(crate) fn origin(properties: &BasicProperties) -> Option<&str> {
-    header_text(properties.headers().as_ref()?, ORIGIN)?.ok()
+    header(properties, ORIGIN)
 }
 
 /// The message id, if the message has one.
 pub(crate) fn message_id(properties: &BasicProperties) -> Option<&str> {
-    header_text(properties.headers().as_ref()?, ID)?.ok()
+    header(properties, ID)
 }
 
 /// The deliveries of this message before this one (a quorum queue's count; 0 without it).
