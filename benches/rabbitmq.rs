@@ -44,8 +44,8 @@
 //! Options: `rounds=N`, `messages=N` (per round), `systems=raw,link,...` (profiling one
 //! system; nothing written). Diagnostics, nothing written: `publish_batch=N` (the raw
 //! publishes started together, 64 by default; `publish_batch=1` awaits each publish's write
-//! before the next, as the link's export does), `ack_batch=N` (the raw consumer's deliveries
-//! per ack, 64 by default; `ack_batch=1` acks each on its own, as the link's import does).
+//! before the next), `ack_batch=N` (the raw consumer's deliveries per ack, 256 by default;
+//! `ack_batch=1` acks each on its own).
 //! Without a `rabbitmq-server` binary it prints a skip line and exits 0 (unless
 //! `REQUIRE_RABBITMQ=1`).
 
@@ -98,8 +98,9 @@ const CONFIRM_WINDOW: usize = 256;
 /// is full.
 const CONFIRM_BATCH: usize = 64;
 /// The raw consumer acknowledges at most this many deliveries with one `basic.ack`
-/// (`multiple: true`); fewer when no other delivery is ready.
-const ACK_BATCH: usize = 64;
+/// (`multiple: true`); fewer when no other delivery is ready. As many as the link's settler
+/// acknowledges together (`ringbus_link::import`'s batch).
+const ACK_BATCH: usize = 256;
 /// The goal: link/raw at least this, per payload (median of the per-round ratios).
 const GOAL: f64 = 0.90;
 /// How long a connection may take to open.
@@ -526,7 +527,7 @@ impl Sender {
                             }
                         }
                         // Every publish of the batch is started (and queued for the I/O
-                        // thread, in order) before any is awaited.
+                        // thread) before any is awaited.
                         let ids: Vec<String> = (i..end).map(|i| format!("{tag}-{i}")).collect();
                         let written: Vec<_> = ids
                             .iter()
@@ -614,7 +615,7 @@ impl RoundSender for Sender {
 
 impl Ctx {
     /// Once both sides closed (a closed channel's unacknowledged messages are back in the
-    /// queue): the queue holds nothing and has no consumer, and no message was dead-lettered.
+    /// queue): the queue holds nothing and has no consumer.
     async fn verify_queue(&self, names: &Names) -> Result<(), String> {
         let channel = self.admin.create_channel().await.or_fail("admin channel")?;
         let passive = QueueDeclareOptions {
@@ -790,8 +791,8 @@ fn bench() -> i32 {
         "raw_ack_batch": ACK_BATCH,
         "raw_publishes": "raw_publish_batch publishes started before any is awaited (lapin's I/O thread writes them together); at most raw_confirm_window unconfirmed, their confirms awaited raw_confirm_batch at a time",
         "raw_acks": "one basic.ack (multiple) every raw_ack_batch deliveries and whenever no delivery is ready, after counting them",
-        "link_exports": "what is queued for the export published on a confirm channel, each publish's write awaited before the next, then its confirms awaited together (the link's batch export handler)",
-        "link_acks": "the link's settler hands the handled messages due to the engine's Inbound::ack together, which sends a basic.ack (not multiple) per message, each awaited before the next",
+        "link_exports": "what is queued for the export published on a confirm channel, every publish of the batch started before any is awaited, then its confirms awaited together (the link's batch export handler)",
+        "link_acks": "the link's settler hands the handled messages due (up to 256) to the engine's Inbound::ack together, which sends one basic.ack (multiple) per run of one consumer's deliveries",
         "prefetch": queues.max_in_flight,
         "bus_capacity": 1024,
     });
