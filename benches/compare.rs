@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Systems: `ringbus`, `tokio-broadcast`, `async-broadcast`, `tokio-mpsc-fanout`,
-//! `kanal-fanout`, `flume-fanout`, and `disruptor` for the ring scenarios. The bus scenarios
+//! `kanal-fanout`, `kanal-fanout-budget` (kanal spending tokio's budget as ringbus must),
+//! `flume-fanout`, and `disruptor` for the ring scenarios. The bus scenarios
 //! are in `compare/bus.rs`, the ring ones in `compare/ring.rs`, their systems' wiring (shared
 //! with the criterion benches `bus.rs` and `ring.rs`) in `common/bus_peers.rs` and
 //! `common/ring_peers.rs`, the JSON and the page in `compare/report.rs`, the counting

@@ -37,10 +37,17 @@ const MIN_OPS: u64 = 4 * CAP as u64;
 // The fan-out's other channels (the systems `bus.rs` runs too are in `common/bus_peers.rs`)
 // ---------------------------------------------------------------------------------------------
 
-/// `kanal` (capacity 0 is a rendezvous channel).
-struct Kanal;
+/// `kanal` (capacity 0 is a rendezvous channel), raw (`Kanal`) or spending tokio's
+/// cooperative budget as ringbus must (`KanalBudget`, guarantee 11): one unit per send, one
+/// per up to 8 messages received (`consume_budget`). kanal's futures know nothing of tokio, so
+/// raw kanal's publisher yields only when a queue is full and its subscriber only when its
+/// queue is empty: `kanal-fanout-budget` is the like-for-like peer, raw kanal stays beside it.
+struct KanalChannel<const BUDGET: bool>;
 
-impl Channel for Kanal {
+type Kanal = KanalChannel<false>;
+type KanalBudget = KanalChannel<true>;
+
+impl<const BUDGET: bool> Channel for KanalChannel<BUDGET> {
     type Tx = kanal::AsyncSender<u64>;
     type Rx = kanal::AsyncReceiver<u64>;
     const MIN_CAPACITY: usize = 0;
@@ -50,7 +57,11 @@ impl Channel for Kanal {
     }
 
     async fn send(tx: &Self::Tx, msg: u64) -> bool {
-        tx.send(msg).await.is_ok()
+        let sent = tx.send(msg).await.is_ok();
+        if BUDGET {
+            tokio::task::coop::consume_budget().await;
+        }
+        sent
     }
 
     /// `recv` for the first message, then `drain_into` for what else is there.
@@ -62,8 +73,14 @@ impl Channel for Kanal {
                 buf = bus_peers::batch_buffer();
             }
             let _ = rx.drain_into(&mut buf);
+            let taken = 1 + buf.len();
             for m in buf.drain(..) {
                 counter.add(m);
+            }
+            if BUDGET {
+                for _ in 0..taken.div_ceil(8) {
+                    tokio::task::coop::consume_budget().await;
+                }
             }
         }
     }
@@ -237,6 +254,7 @@ fn publish_cases(rt: &Runtime, shape: Shape) -> Vec<Case<'_>> {
         publish_case::<AsyncBroadcast>(rt, "async-broadcast", shape),
         publish_case::<FanoutBus<TokioMpsc>>(rt, "tokio-mpsc-fanout", shape),
         publish_case::<FanoutBus<Kanal>>(rt, "kanal-fanout", shape),
+        publish_case::<FanoutBus<KanalBudget>>(rt, "kanal-fanout-budget", shape),
         publish_case::<FanoutBus<Flume>>(rt, "flume-fanout", shape),
     ]
 }
@@ -323,6 +341,7 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
                 subscribe_case::<AsyncBroadcast>(rt, "async-broadcast"),
                 subscribe_case::<FanoutBus<TokioMpsc>>(rt, "tokio-mpsc-fanout"),
                 subscribe_case::<FanoutBus<Kanal>>(rt, "kanal-fanout"),
+                subscribe_case::<FanoutBus<KanalBudget>>(rt, "kanal-fanout-budget"),
                 subscribe_case::<FanoutBus<Flume>>(rt, "flume-fanout"),
             ],
         ),
