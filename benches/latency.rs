@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+#[path = "latency/paired.rs"]
+mod paired;
+
 #[derive(Clone, Copy, Debug)]
 struct Stamp {
     /// The message's number.
@@ -416,11 +419,19 @@ impl Channel for TokioMpsc {
     }
 }
 
-/// `kanal`'s async channel.
-struct Kanal;
+/// `kanal`'s async channel, raw (`Kanal`) or spending tokio's cooperative budget as ringbus
+/// must (`KanalBudget`, guarantee 11): one unit per send, one per up to 8 messages received.
+struct KanalChannel<const BUDGET: bool>;
 
-impl Channel for Kanal {
-    const NAME: &'static str = "kanal-fanout";
+type Kanal = KanalChannel<false>;
+type KanalBudget = KanalChannel<true>;
+
+impl<const BUDGET: bool> Channel for KanalChannel<BUDGET> {
+    const NAME: &'static str = if BUDGET {
+        "kanal-fanout-budget"
+    } else {
+        "kanal-fanout"
+    };
     type Tx = kanal::AsyncSender<Stamp>;
     type Rx = kanal::AsyncReceiver<Stamp>;
 
@@ -430,6 +441,9 @@ impl Channel for Kanal {
 
     async fn send(tx: &Self::Tx, stamp: Stamp) {
         tx.send(stamp).await.expect("send");
+        if BUDGET {
+            tokio::task::coop::consume_budget().await;
+        }
     }
 
     /// `recv` for the first message, then `drain_into` for what else is there.
@@ -438,7 +452,13 @@ impl Channel for Kanal {
         while let Ok(stamp) = rx.recv().await {
             handle(stamp);
             let _ = rx.drain_into(&mut buf);
+            let taken = 1 + buf.len();
             buf.drain(..).for_each(&mut handle);
+            if BUDGET {
+                for _ in 0..taken.div_ceil(8) {
+                    tokio::task::coop::consume_budget().await;
+                }
+            }
         }
     }
 }
@@ -514,18 +534,28 @@ fn finish(
     }
 }
 
-/// Rounds of each system per row (one in a `quick` run).
-const ROUNDS: usize = 5;
+/// Blocks per row (see `main`; two in a `quick` run): enough for an A/A comparison to pass
+/// in every row most of the time (the verdict prints the estimated rate).
+const BLOCKS: usize = 20;
+
+/// Pilot blocks per row (one in a `quick` run): the peers alone, to pick each quantile's
+/// comparator for the verdict before the blocks it is judged on.
+const PILOT_BLOCKS: usize = 3;
+
+/// ringbus run a second time in every block: the A/A comparison, which says how often the
+/// verdict would fail a system level with its comparator.
+const RINGBUS_AA: &str = "ringbus-aa";
 
 /// An experiment instead of the published run, from the environment; such a run writes
 /// nothing. `LATENCY_SYSTEMS=ringbus,ringbus-spin16,tokio-broadcast` (names from `SYSTEMS`, or
 /// `ringbus-spin16`: ringbus with `Bus::builder().spin(16)`), `LATENCY_ROWS=fixed/8,burst/1`
-/// (shape and subscribers), `LATENCY_ROUNDS=15`. It prints every round's e2e p99 and p99.9.
+/// (shape and subscribers), `LATENCY_BLOCKS=15`. It prints every block's e2e p99 and p99.9.
+/// `LATENCY_SEED=n` repeats a run's random orders (any run; it writes as usual).
 #[derive(Default)]
 struct Experiment {
     systems: Option<Vec<String>>,
     rows: Option<Vec<String>>,
-    rounds: Option<usize>,
+    blocks: Option<usize>,
     /// `LATENCY_PUBLISHER=thread`: the publisher runs where this bench ran it until
     /// 2026-12-02, in `Runtime::block_on` on the main thread, outside the runtime's two
     /// workers. Its wait for the next intended time is a busy loop, so the machine's 2 cores
@@ -563,7 +593,7 @@ impl Experiment {
         Self {
             systems,
             rows,
-            rounds: std::env::var("LATENCY_ROUNDS")
+            blocks: std::env::var("LATENCY_BLOCKS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .map(|n: usize| n.max(1)),
@@ -574,7 +604,7 @@ impl Experiment {
     fn is_set(&self) -> bool {
         self.systems.is_some()
             || self.rows.is_some()
-            || self.rounds.is_some()
+            || self.blocks.is_some()
             || self.publisher_thread
     }
 
@@ -589,7 +619,7 @@ impl Experiment {
     }
 }
 
-/// A percentile over the rounds of one row: the median round's value and the spread.
+/// A percentile over the blocks of one row: the median block's value and the spread.
 #[derive(Clone, Copy)]
 struct Spread {
     median: u64,
@@ -620,7 +650,7 @@ impl std::fmt::Display for Spread {
     }
 }
 
-/// One row of the table: a system's rounds in one configuration.
+/// One row of the table: a system's runs in one configuration, one per block.
 struct Summary {
     system: &'static str,
     shape: String,
@@ -654,110 +684,188 @@ impl Summary {
     }
 }
 
-/// Issue 11's goal, checked on the medians: for each ringbus wiring (a system whose name
-/// starts with `ringbus`), in which rows its e2e p99 and p99.9 are no worse than every
-/// peer's. One line per wiring; the peers are the other systems.
-fn verdict(rows: &[Summary], systems: usize) -> String {
-    let ours = |system: &str| system.starts_with("ringbus");
-    let mut lines = Vec::new();
-    let wirings: Vec<&str> = rows
-        .iter()
-        .take(systems)
-        .map(|r| r.system)
-        .filter(|s| ours(s))
-        .collect();
-    for wiring in wirings {
-        let mut met = Vec::new();
-        let mut missed = Vec::new();
-        for group in rows.chunks(systems) {
-            let Some(us_row) = group.iter().find(|r| r.system == wiring) else {
-                continue;
-            };
-            let peers = group.iter().filter(|r| !ours(r.system));
-            let best_p99 = peers
-                .clone()
-                .map(|r| r.p99.median)
-                .min()
-                .unwrap_or(u64::MAX);
-            let best_p999 = peers.map(|r| r.p999.median).min().unwrap_or(u64::MAX);
-            let row = format!("{} / {}", us_row.shape, us_row.subscribers);
-            if us_row.p99.median <= best_p99 && us_row.p999.median <= best_p999 {
-                met.push(row);
-            } else {
-                missed.push(format!(
-                    "{row} (p99 {:.1} vs best {:.1}, p99.9 {:.1} vs best {:.1})",
-                    us(us_row.p99.median),
-                    us(best_p99),
-                    us(us_row.p999.median),
-                    us(best_p999)
-                ));
-            }
-        }
-        lines.push(format!(
-            "{wiring}'s e2e p99 and p99.9 (medians) no worse than the best peer's: {} of {} rows.{}",
-            met.len(),
-            met.len() + missed.len(),
-            if missed.is_empty() {
-                String::new()
-            } else {
-                format!(" Not in: {}.", missed.join("; "))
-            }
-        ));
-        lines.push(same_test(rows, systems, wiring));
-    }
-    lines.join("\n\n")
+/// The tolerances of the paired verdict: ringbus passes a row when, at 95 % confidence,
+/// its e2e p99 is at most 10 % above the comparator's and its p99.9 at most 25 % above.
+const TESTS: [(f64, f64, &str); 2] = [(0.99, 1.10, "p99"), (0.999, 1.25, "p99.9")];
+
+/// The one-sided confidence level of the verdict's bounds is `1 - ALPHA`.
+const ALPHA: f64 = 0.05;
+
+/// Bootstrap resamples of the A/A blocks (see [`paired::pass_rate`]).
+const RESAMPLES: usize = 2_000;
+
+/// One row's paired verdict: for each ringbus wiring and quantile, the Hodges–Lehmann shift
+/// of `ln(wiring / comparator)` over the row's blocks, and the same for ringbus against its
+/// own second run in each block (A/A).
+struct RowVerdict {
+    row: String,
+    /// Per test of [`TESTS`]: the comparator, the peer with the lowest median of that
+    /// quantile in the row's pilot blocks (lossless ones only).
+    comparators: [Option<&'static str>; 2],
+    /// Per ringbus wiring, per test.
+    wirings: Vec<(&'static str, [Option<paired::Shift>; 2])>,
+    /// Per test: the A/A log-ratios, one per block.
+    aa: [Vec<f64>; 2],
 }
 
-/// The same test for every system of `wiring`'s pool (that ringbus wiring and the peers):
-/// in how many rows each one's e2e p99 and p99.9 medians are no worse than every other
-/// system's of the pool. Where systems are level within the noise, the lowest of several
-/// medians is lower than any one system's typical figure, so this says how often a system
-/// meets the test by chance.
-fn same_test(rows: &[Summary], systems: usize, wiring: &str) -> String {
-    let in_pool = |system: &str| system == wiring || !system.starts_with("ringbus");
-    let mut counts: Vec<(&str, usize)> = rows
-        .iter()
-        .take(systems)
-        .map(|r| r.system)
-        .filter(|s| in_pool(s))
-        .map(|s| (s, 0))
-        .collect();
-    let mut groups = 0;
-    for group in rows.chunks(systems) {
-        groups += 1;
-        let pool: Vec<&Summary> = group.iter().filter(|r| in_pool(r.system)).collect();
-        for (system, met) in &mut counts {
-            let Some(it) = pool.iter().find(|r| r.system == *system) else {
-                continue;
-            };
-            if pool
+/// `ln(a / b)` of quantile `q` in each block.
+fn log_ratios(a: &[Run], b: &[Run], q: f64) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| {
+            let (a, b) = (a.e2e.value_at_quantile(q), b.e2e.value_at_quantile(q));
+            (a.max(1) as f64 / b.max(1) as f64).ln()
+        })
+        .collect()
+}
+
+impl RowVerdict {
+    /// The verdict of a row from its pilot (peers only) and its blocks (every system, `runs`
+    /// in the order of `systems`).
+    fn of(row: String, pilot: &[Vec<Run>], runs: &[Vec<Run>]) -> Self {
+        let comparators = TESTS.map(|(q, _, _)| {
+            pilot
                 .iter()
-                .filter(|r| r.system != *system)
-                .all(|o| it.p99.median <= o.p99.median && it.p999.median <= o.p999.median)
-            {
-                *met += 1;
-            }
+                .filter(|r| !r.is_empty() && r.iter().all(|run| run.lost == 0))
+                .min_by_key(|r| {
+                    Spread::of(r.iter().map(|run| run.e2e.value_at_quantile(q)).collect()).median
+                })
+                .map(|r| r[0].system)
+        });
+        let of = |name: &str| {
+            runs.iter()
+                .find(|r| r.first().is_some_and(|run| run.system == name))
+        };
+        let wirings = ["ringbus", RINGBUS_BATCH]
+            .into_iter()
+            .filter_map(|w| of(w).map(|r| (w, r)))
+            .map(|(w, ours)| {
+                let mut shifts = [None; 2];
+                for (k, (q, _, _)) in TESTS.iter().enumerate() {
+                    if let Some(theirs) = comparators[k].and_then(of) {
+                        shifts[k] = Some(paired::shift(&log_ratios(ours, theirs, *q), ALPHA));
+                    }
+                }
+                (w, shifts)
+            })
+            .collect();
+        let aa = TESTS.map(|(q, _, _)| match (of("ringbus"), of(RINGBUS_AA)) {
+            (Some(a), Some(b)) => log_ratios(a, b, q),
+            _ => Vec::new(),
+        });
+        Self {
+            row,
+            comparators,
+            wirings,
+            aa,
         }
     }
-    let counts: Vec<String> = counts
-        .iter()
-        .map(|(system, met)| format!("{system} {met}"))
-        .collect();
-    format!(
-        "The same test for every system against the others of its pool ({wiring} and the \
-         peers), rows of {groups}: {}.",
-        counts.join(", ")
-    )
+
+    fn aa_shifts(&self) -> [paired::Shift; 2] {
+        [0, 1].map(|k| paired::shift(&self.aa[k], ALPHA))
+    }
+
+    /// Whether both tests pass for `shifts`.
+    fn passes(shifts: &[Option<paired::Shift>]) -> bool {
+        shifts
+            .iter()
+            .zip(TESTS)
+            .all(|(s, (_, limit, _))| s.is_some_and(|s| s.upper < limit.ln()))
+    }
+}
+
+/// The verdict's section: per row and quantile the comparator, each ringbus wiring's shift
+/// `exp(HL)` with its upper bound, and the A/A result with its bootstrap pass rate.
+fn verdict(rows: &[RowVerdict], blocks: usize, rng: &mut paired::Rng) -> String {
+    let cell = |s: Option<paired::Shift>, limit: f64| match s {
+        Some(s) => format!(
+            "{:.3} [≤ {:.3}] {}",
+            s.estimate.exp(),
+            s.upper.exp(),
+            if s.upper < limit.ln() { "✔" } else { "✘" }
+        ),
+        None => "-".into(),
+    };
+    let wirings: Vec<&str> = rows
+        .first()
+        .map(|r| r.wirings.iter().map(|(w, _)| *w).collect())
+        .unwrap_or_default();
+    let mut s = format!(
+        "**The paired verdict** ({blocks} blocks per row; see *How the verdict is reached*). \
+         Each cell: the shift exp(HL) of the system's quantile over the comparator's, \
+         [its one-sided 95 % upper bound]; ✔ when the bound is under the tolerance (p99 1.10, \
+         p99.9 1.25). A/A: ringbus against its own second run in each block; *A/A pass rate*: \
+         the share of {RESAMPLES} bootstrap resamples of the row's blocks in which A/A passes \
+         both quantiles.\n\n| row | quantile | comparator (pilot) | {} | A/A | A/A pass rate |\n|---|---|---|{}---|---|\n",
+        wirings.join(" | "),
+        "---|".repeat(wirings.len())
+    );
+    let mut passed: Vec<usize> = vec![0; wirings.len()];
+    let (mut aa_passed, mut aa_all) = (0, 1.0);
+    for r in rows {
+        let aa = r.aa_shifts();
+        let limits: Vec<f64> = TESTS.iter().map(|t| t.1.ln()).collect();
+        let rate = paired::pass_rate(&r.aa, &limits, ALPHA, RESAMPLES, rng);
+        aa_all *= rate;
+        aa_passed += usize::from(RowVerdict::passes(&aa.map(Some)));
+        for (k, (_, limit, name)) in TESTS.iter().enumerate() {
+            let cells: Vec<String> = r
+                .wirings
+                .iter()
+                .map(|(_, shifts)| cell(shifts[k], *limit))
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {name} | {} | {} | {} | {} |",
+                r.row,
+                r.comparators[k].unwrap_or("-"),
+                cells.join(" | "),
+                cell(Some(aa[k]), *limit),
+                if k == 0 {
+                    format!("{:.0} %", rate * 100.0)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        for (w, (_, shifts)) in r.wirings.iter().enumerate() {
+            passed[w] += usize::from(RowVerdict::passes(shifts));
+        }
+    }
+    let _ = writeln!(s);
+    for (w, name) in wirings.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "- {name} passes in {} of {} rows{}.",
+            passed[w],
+            rows.len(),
+            if passed[w] == rows.len() {
+                ": **the verdict passes**"
+            } else {
+                ": the verdict fails"
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- A/A (ringbus against itself) passes in {aa_passed} of {} rows; the estimated chance \
+         that an A/A run of {blocks} blocks passes in every row (the product of the rows' \
+         bootstrap pass rates): {:.0} %.",
+        rows.len(),
+        aa_all * 100.0
+    );
+    s
 }
 
 /// Every system, in the order each configuration runs them.
-const SYSTEMS: [&str; 6] = [
+const SYSTEMS: [&str; 7] = [
     "ringbus",
     RINGBUS_BATCH,
     "tokio-broadcast",
     "async-broadcast",
     "tokio-mpsc-fanout",
     "kanal-fanout",
+    "kanal-fanout-budget",
 ];
 
 fn us(ns: u64) -> f64 {
@@ -830,6 +938,7 @@ fn lifo_experiment(no_lifo: bool) {
 async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usize) -> Run {
     match system {
         "ringbus" => run_ringbus("ringbus", None, false, shape, messages, subscribers).await,
+        RINGBUS_AA => run_ringbus(RINGBUS_AA, None, false, shape, messages, subscribers).await,
         RINGBUS_BATCH => run_ringbus(RINGBUS_BATCH, None, true, shape, messages, subscribers).await,
         RINGBUS_SPIN16 => {
             run_ringbus(
@@ -845,6 +954,9 @@ async fn run_system(system: &str, shape: Shape, messages: u64, subscribers: usiz
         "tokio-broadcast" => run_peer::<TokioBroadcast>(shape, messages, subscribers).await,
         "async-broadcast" => run_peer::<AsyncBroadcast>(shape, messages, subscribers).await,
         "kanal-fanout" => run_peer::<Fanout<Kanal>>(shape, messages, subscribers).await,
+        "kanal-fanout-budget" => {
+            run_peer::<Fanout<KanalBudget>>(shape, messages, subscribers).await
+        }
         "tokio-mpsc-fanout" => run_peer::<Fanout<TokioMpsc>>(shape, messages, subscribers).await,
         other => unreachable!("no system {other:?} (`Experiment::from_env` checks the names)"),
     }
@@ -880,7 +992,9 @@ fn main() {
         return;
     }
     let experiment = Experiment::from_env();
-    let rounds = experiment.rounds.unwrap_or(if quick { 1 } else { ROUNDS });
+    paired::self_check();
+    let blocks = experiment.blocks.unwrap_or(if quick { 2 } else { BLOCKS });
+    let pilot_blocks = if quick { 1 } else { PILOT_BLOCKS };
     let systems: Vec<&str> = experiment
         .systems
         .as_ref()
@@ -925,37 +1039,72 @@ fn main() {
             2,
         );
     }
+    let seed = std::env::var("LATENCY_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("latency: seed {seed} (LATENCY_SEED={seed} repeats the blocks' orders)");
+    let mut rng = paired::Rng::new(seed);
+    let peers: Vec<&str> = systems
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("ringbus"))
+        .collect();
+    // Every block runs ringbus twice: the second run is the A/A comparison.
+    let mut blocked = systems.clone();
+    if systems.contains(&"ringbus") {
+        blocked.push(RINGBUS_AA);
+    }
     let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
     for shape in shapes {
         for subscribers in [1, 4, 8] {
             if !experiment.wants(&shape, subscribers) {
                 continue;
             }
-            // Rounds interleaved (A B C D E, B C D E A, ...): each system runs `rounds` times,
-            // and no system is always first or always last after another one.
-            let mut runs: Vec<Vec<Run>> = systems.iter().map(|_| Vec::new()).collect();
-            for round in 0..rounds {
-                for k in 0..systems.len() {
-                    let i = (round + k) % systems.len();
-                    eprintln!(
-                        "latency: {} / {subscribers} subscribers / {} (round {}/{rounds})",
-                        shape.name(),
-                        systems[i],
-                        round + 1
-                    );
-                    let run = run_on(
-                        &runtime,
-                        experiment.publisher_thread,
-                        systems[i],
-                        shape,
-                        messages,
-                        subscribers,
-                    );
-                    runs[i].push(run);
+            let run = |system: &str, label: String| {
+                eprintln!(
+                    "latency: {} / {subscribers} subscribers / {system} ({label})",
+                    shape.name()
+                );
+                run_on(
+                    &runtime,
+                    experiment.publisher_thread,
+                    system,
+                    shape,
+                    messages,
+                    subscribers,
+                )
+            };
+            // The pilot, which picks each quantile's comparator: the peers only, in blocks.
+            let mut pilot: Vec<Vec<Run>> = peers.iter().map(|_| Vec::new()).collect();
+            for block in 0..pilot_blocks {
+                for i in rng.order(peers.len()) {
+                    let label = format!("pilot {}/{pilot_blocks}", block + 1);
+                    pilot[i].push(run(peers[i], label));
+                }
+            }
+            // Then the blocks: every system once in a fresh random order each, the first
+            // block a warm-up whose runs are discarded.
+            let mut runs: Vec<Vec<Run>> = blocked.iter().map(|_| Vec::new()).collect();
+            for block in 0..=blocks {
+                for i in rng.order(blocked.len()) {
+                    let label = match block {
+                        0 => "warm-up block".to_string(),
+                        b => format!("block {b}/{blocks}"),
+                    };
+                    let r = run(blocked[i], label);
+                    if block > 0 {
+                        runs[i].push(r);
+                    }
                 }
             }
             if experiment.is_set() {
-                // Each round's e2e p99 and p99.9, in µs, to see how the rounds spread.
+                // Each block's e2e p99 and p99.9, in µs, to see how the blocks spread.
                 for r in &runs {
                     let at = |q: f64| {
                         r.iter()
@@ -964,7 +1113,7 @@ fn main() {
                             .join(" ")
                     };
                     eprintln!(
-                        "rounds: {} / {subscribers} / {}: p99 {}; p99.9 {}",
+                        "blocks: {} / {subscribers} / {}: p99 {}; p99.9 {}",
                         shape.name(),
                         r[0].system,
                         at(0.99),
@@ -972,6 +1121,8 @@ fn main() {
                     );
                 }
             }
+            let row = format!("{} / {subscribers}", shape.name());
+            verdicts.push(RowVerdict::of(row, &pilot, &runs));
             rows.extend(runs.iter().map(|r| Summary::of(r)));
         }
     }
@@ -1000,7 +1151,7 @@ fn main() {
             r.lost,
         );
         json.push(format!(
-            "    {{\"scenario\": \"latency/{}/{}\", \"system\": \"{}\", \"rounds\": {rounds}, \"e2e_p50_ns\": {}, \"e2e_p99_ns\": {}, \"e2e_p99_min_ns\": {}, \"e2e_p99_max_ns\": {}, \"e2e_p999_ns\": {}, \"e2e_p999_min_ns\": {}, \"e2e_p999_max_ns\": {}, \"e2e_max_ns\": {}, \"stall_p99_ns\": {}, \"stall_max_ns\": {}, \"lag_p99_ns\": {}, \"lost\": {}}}",
+            "    {{\"scenario\": \"latency/{}/{}\", \"system\": \"{}\", \"blocks\": {blocks}, \"e2e_p50_ns\": {}, \"e2e_p99_ns\": {}, \"e2e_p99_min_ns\": {}, \"e2e_p99_max_ns\": {}, \"e2e_p999_ns\": {}, \"e2e_p999_min_ns\": {}, \"e2e_p999_max_ns\": {}, \"e2e_max_ns\": {}, \"stall_p99_ns\": {}, \"stall_max_ns\": {}, \"lag_p99_ns\": {}, \"lost\": {}}}",
             r.shape.replace(' ', "_"),
             r.subscribers,
             r.system,
@@ -1018,7 +1169,7 @@ fn main() {
             r.lost
         ));
     }
-    let verdict = verdict(&rows, systems.len());
+    let verdict = verdict(&verdicts, blocks, &mut rng);
     println!("{table}");
     println!("{verdict}");
 
@@ -1056,7 +1207,7 @@ fn main() {
     let md = format!(
         "# Latency\n\nMeasured by `just latency` (`benches/latency.rs`) on {date}: {cpu}, {cores} cores, \
          release build, RUSTFLAGS cleared. A tokio multi-thread runtime with 2 workers; the \
-         publisher and the subscribers are tasks on it; {messages} messages per round; queues \
+         publisher and the subscribers are tasks on it; {messages} messages per run; queues \
          of 1024. *ringbus* subscribes one-message handlers (`subscribe`), *ringbus-batch* \
          batch handlers (`subscribe_batch`), as the fan-outs' subscribers take what is queued \
          with their batch calls (`recv_many`, `drain_into`); the broadcasts have none.\n\n\
@@ -1064,10 +1215,12 @@ fn main() {
          schedule, so a stalled publisher cannot hide queueing: coordinated omission is \
          accounted for). *stall*: publish completion minus intended send time. *lag*: handling \
          time minus the time the publish started. *lost*: messages a lossy peer dropped \
-         (its latency covers only what arrived). Each system runs {rounds} interleaved rounds \
-         per row; every figure is the median over the rounds, the e2e p99 and p99.9 with \
-         [min–max] over the rounds, *e2e max* and *stall max* the worst of any round, *lost* \
-         the sum.\n\n{table}\n{verdict}\n\n\
+         (its latency covers only what arrived). Each row runs {pilot_blocks} pilot blocks of \
+         the peers, then a discarded warm-up block and {blocks} blocks of every system, each \
+         block every system once in a fresh random order (*ringbus-aa* is ringbus run a second \
+         time, for the A/A comparison); every figure is the median over the blocks, the e2e \
+         p99 and p99.9 with [min–max] over the blocks, *e2e max* and *stall max* the worst of \
+         any block, *lost* the sum.\n\n{table}\n{verdict}\n\n\
          On a shared 2-core machine the tails (p99.9, max) are dominated by scheduling of the \
          publisher, the subscribers and everything else on the box; compare systems within one \
          row group, not across runs.\n{notes}"
