@@ -92,9 +92,9 @@ struct Inner {
 /// 11. **A good tokio neighbour.** Every publish route and every subscriber's receive loop
 ///     spends tokio's cooperative budget (`tokio::task::coop`), as tokio's own channels do:
 ///     a publisher that always finds room and a subscriber that always finds a message let
-///     the other tasks of their worker run after tokio's budget of 128 operations. A batch
-///     spends one unit per 8 messages, so never more than 1,024 messages pass without a
-///     yield. A publisher yields holding nothing (`try_publish`, which cannot yield, spends
+///     the other tasks of their worker run after tokio's budget of 128 operations. A batch,
+///     or a subscriber's run of one-message calls, spends one unit per 8 messages, so never
+///     more than 1,024 messages pass without a yield. A publisher yields holding nothing (`try_publish`, which cannot yield, spends
 ///     nothing).
 ///
 /// # Examples
@@ -633,8 +633,8 @@ impl Bus {
     /// The subscriber is a tokio task spawned on the current runtime. It gates publishers: a
     /// slow handler makes `publish` wait (see
     /// [`subscribe_with`](Self::subscribe_with) for a stall timeout). It spends one unit of
-    /// its tokio cooperative budget per message (guarantee 11), so however many messages are
-    /// waiting, it yields to the other tasks of its worker after 128.
+    /// its tokio cooperative budget per 8 messages (guarantee 11), so however many messages
+    /// are waiting, it yields to the other tasks of its worker after at most 1,024.
     ///
     /// # Which closure
     ///
