@@ -53,12 +53,25 @@ fn signed_rank_cdf(n: usize) -> Vec<f64> {
 }
 
 /// How many Walsh averages the upper bound leaves above it, plus one: the largest `c` with
-/// `P(T <= c - 1) <= alpha` (0 when even `P(T <= 0)` is more than `alpha`).
+/// `P(T <= c - 1) <= alpha` (0 when even `P(T <= 0)` is more than `alpha`). Remembered per
+/// `(n, alpha)`: the bootstrap asks for the same few thousands of times.
 fn cut(n: usize, alpha: f64) -> usize {
-    signed_rank_cdf(n)
-        .iter()
-        .take_while(|&&p| p <= alpha)
-        .count()
+    thread_local! {
+        static CUTS: std::cell::RefCell<Vec<((usize, u64), usize)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let key = (n, alpha.to_bits());
+    CUTS.with_borrow_mut(|cuts| {
+        if let Some(&(_, c)) = cuts.iter().find(|(k, _)| *k == key) {
+            return c;
+        }
+        let c = signed_rank_cdf(n)
+            .iter()
+            .take_while(|&&p| p <= alpha)
+            .count();
+        cuts.push((key, c));
+        c
+    })
 }
 
 /// The Hodges–Lehmann shift of `x` and its one-sided upper bound at confidence `1 - alpha`:
@@ -113,24 +126,25 @@ impl Rng {
     }
 }
 
-/// The share of `resamples` bootstrap resamples of the blocks (drawn with replacement, each
-/// test of `tests` resampled by the same block indices) in which every test passes: the
-/// upper bound of test `k`'s log-ratios below `limits[k]`. Used on the A/A comparison, it
-/// estimates how often a run of this many blocks passes a system level with itself.
+/// The share of `resamples` bootstrap resamples of `size` blocks (drawn with replacement
+/// from the blocks measured, each test of `tests` resampled by the same block indices) in
+/// which every test passes: the upper bound of test `k`'s log-ratios below `limits[k]`. Used
+/// on the A/A comparison, it estimates how often a run of `size` blocks passes a system level
+/// with itself (with `size` above the blocks measured, as far as they represent the machine).
 pub(crate) fn pass_rate(
     tests: &[Vec<f64>],
     limits: &[f64],
     alpha: f64,
-    resamples: usize,
+    (resamples, size): (usize, usize),
     rng: &mut Rng,
 ) -> f64 {
     let Some(blocks) = tests.first().map(Vec::len).filter(|&b| b > 0) else {
         return f64::NAN;
     };
     let mut passed = 0;
-    let mut sample = vec![0.0; blocks];
+    let mut sample = vec![0.0; size];
     for _ in 0..resamples {
-        let picks: Vec<usize> = (0..blocks).map(|_| rng.below(blocks)).collect();
+        let picks: Vec<usize> = (0..size).map(|_| rng.below(blocks)).collect();
         let all = tests.iter().zip(limits).all(|(x, &limit)| {
             for (s, &i) in sample.iter_mut().zip(&picks) {
                 *s = x[i];
