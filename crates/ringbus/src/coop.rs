@@ -12,8 +12,9 @@
 //!   waits: a [`RestoreOnPending`](tokio::task::coop::RestoreOnPending) cannot be held across
 //!   an await (it restores the budget as it was when taken, whenever it is dropped), and a
 //!   publish that waits may still never return `Pending` (the ring spins before it parks).
-//! - **A subscriber** spends one unit per message it receives, taken before it looks and
-//!   given back when it finds none (it then parks, which is a yield).
+//! - **A subscriber** spends one unit per [`PER_UNIT`] messages it receives, whether it
+//!   takes them one handler call at a time or in one call: the first unit of a turn is taken
+//!   before it looks and given back when it finds none (it then parks, which is a yield).
 //! - **A batch** (published or received) spends one unit per [`PER_UNIT`] messages, rounded
 //!   up, taken as the messages go: with tokio's 128 units, at most 1,024 messages pass
 //!   between two yields, whatever the mix of single and batch operations.

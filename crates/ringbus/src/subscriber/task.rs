@@ -27,8 +27,8 @@ use crate::handler::{panic_message, Batch, BatchHandler, Handler, HandlerError};
 use crate::observe::Outcome;
 use crate::shared::SubShared;
 
-/// The most messages a one-message subscriber takes from the ring at once (tokio's budget is
-/// 128 units, one per message, so a run never outlasts a budget).
+/// The most messages a one-message subscriber takes from the ring at once (a unit of tokio's
+/// budget pays for [`coop::PER_UNIT`] of them, so a run spends 16 of the 128 units).
 ///
 /// The messages of a run come from one ring batch: the task looks at the ring (and at the
 /// stop position, and spends its first unit of budget) once per run rather than once per
@@ -643,6 +643,10 @@ where
         let Ok(mut batch) = reader.try_recv_batch(take) else {
             continue;
         };
+        // What the units spent in this turn pay for: `next_or_switch`'s unit pays for the
+        // first `PER_UNIT` messages (a one-message subscriber's run; see `coop`).
+        let mut paid = coop::PER_UNIT as u64;
+        let turn_began = handled;
         loop {
             let Some((messages, len)) = D::messages(&batch) else {
                 break;
@@ -675,13 +679,17 @@ where
             sub.handled.store(handled, Ordering::Release); // pairs with `position`
             sub.bus.progressed();
             // The next message of the batch, if the task may go on: not past the stop
-            // position (a bounded close lowers it to 0), and a unit of budget for it, as
-            // `next_or_switch` spends (refused: the task was woken, and yields at `next_or_switch`).
-            if D::WHOLE
-                || sub.start + handled >= sub.stop_at.load(Ordering::Acquire)
-                || !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
-            {
+            // position (a bounded close lowers it to 0), and paid for: once the units spent
+            // are used up, one more unit for the next `PER_UNIT` messages (refused: the task
+            // was woken, and yields at `next_or_switch`).
+            if D::WHOLE || sub.start + handled >= sub.stop_at.load(Ordering::Acquire) {
                 break;
+            }
+            if handled - turn_began == paid {
+                if !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await {
+                    break;
+                }
+                paid += coop::PER_UNIT as u64;
             }
         }
         // The rest is read again.
