@@ -13,7 +13,9 @@
 //!   make them, and the time of a lookup by name (`Bus::topic`, and `Bus::publish` by name to
 //!   a topic nobody subscribes to) against the same lookups in a bus of 100 topics. Lookups go
 //!   over the names in a scattered order, so a million-topic run misses the caches as a real
-//!   one would. Five rounds each; the median with [min–max].
+//!   one would. Five rounds each; the median with [min–max];
+//! - the same lookups in std's `HashMap` of the same names: the floor that memory sets for
+//!   any map keyed by name, 100 keys against a million.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -232,5 +234,22 @@ fn main() {
             fmt_spread(topic),
             fmt_spread(publish)
         );
+    }
+    // The floor any map keyed by name sits on: std's HashMap from the same names to a boxed
+    // value (as a registry holds a topic: the lookup reads the key's bytes and the value's
+    // first line), the same scattered order, among 100 and among a million.
+    println!(
+        "scale: the same lookups in std's HashMap<String, Box<[u64; 8]>> (a floor, not a peer)"
+    );
+    for (label, names) in [("100 keys", &few), ("1M keys", &many)] {
+        let map: std::collections::HashMap<&str, Box<[u64; 8]>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), Box::new([i as u64; 8])))
+            .collect();
+        let lookup = time_lookups(names, LOOKUPS, |name| {
+            black_box(map.get(name).map(|v| v[0]));
+        });
+        println!("  {label:>10}: HashMap::get {}", fmt_spread(lookup));
     }
 }

@@ -699,6 +699,7 @@ const README_PEERS: &[(&str, &str)] = &[
     ("tokio-mpsc-fanout", "`tokio` mpsc fan-out"),
     ("async-broadcast", "`async-broadcast`"),
     ("kanal-fanout", "`kanal` fan-out"),
+    ("kanal-fanout-budget", "`kanal` fan-out + budget"),
     ("flume-fanout", "`flume` fan-out"),
 ];
 
