@@ -94,8 +94,8 @@ struct Inner {
 ///     a publisher that always finds room and a subscriber that always finds a message let
 ///     the other tasks of their worker run after tokio's budget of 128 operations. A batch,
 ///     or a subscriber's run of one-message calls, spends one unit per 8 messages, so never
-///     more than 1,024 messages pass without a yield. A publisher yields holding nothing (`try_publish`, which cannot yield, spends
-///     nothing).
+///     more than 1,024 messages pass without a yield. A publisher yields holding nothing
+///     (`try_publish`, which cannot yield, spends nothing).
 ///
 /// # Examples
 ///

@@ -643,9 +643,7 @@ where
         let Ok(mut batch) = reader.try_recv_batch(take) else {
             continue;
         };
-        // What the units spent in this turn pay for: `next_or_switch`'s unit pays for the
-        // first `PER_UNIT` messages (a one-message subscriber's run; see `coop`).
-        let mut paid = coop::PER_UNIT as u64;
+        // `next_or_switch`'s unit pays for the turn's first `PER_UNIT` messages (see `coop`).
         let turn_began = handled;
         loop {
             let Some((messages, len)) = D::messages(&batch) else {
@@ -679,17 +677,16 @@ where
             sub.handled.store(handled, Ordering::Release); // pairs with `position`
             sub.bus.progressed();
             // The next message of the batch, if the task may go on: not past the stop
-            // position (a bounded close lowers it to 0), and paid for: once the units spent
-            // are used up, one more unit for the next `PER_UNIT` messages (refused: the task
-            // was woken, and yields at `next_or_switch`).
+            // position (a bounded close lowers it to 0), and paid for: after every
+            // `PER_UNIT` messages of the turn, one more unit (refused: the task was woken,
+            // and yields at `next_or_switch`).
             if D::WHOLE || sub.start + handled >= sub.stop_at.load(Ordering::Acquire) {
                 break;
             }
-            if handled - turn_began == paid {
-                if !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await {
-                    break;
-                }
-                paid += coop::PER_UNIT as u64;
+            if (handled - turn_began) % coop::PER_UNIT as u64 == 0
+                && !poll_fn(|cx| Poll::Ready(coop::spend(cx).is_ready())).await
+            {
+                break;
             }
         }
         // The rest is read again.
