@@ -534,8 +534,9 @@ fn finish(
     }
 }
 
-/// Blocks per row (see `main`; two in a `quick` run): enough for an A/A comparison to pass
-/// in every row most of the time (the verdict prints the estimated rate).
+/// Blocks per row (see `main`; two in a `quick` run). The verdict prints how often an A/A
+/// comparison would pass every row with this many blocks and with more, which says whether
+/// the machine allows a fair verdict at all (see `latency.md`).
 const BLOCKS: usize = 20;
 
 /// Pilot blocks per row (one in a `quick` run): the peers alone, to pick each quantile's
@@ -815,10 +816,12 @@ fn verdict(rows: &[RowVerdict], blocks: usize, rng: &mut paired::Rng) -> String 
     let limits: Vec<f64> = TESTS.iter().map(|t| t.1.ln()).collect();
     for r in rows {
         let aa = r.aa_shifts();
-        let rate = paired::pass_rate(&r.aa, &limits, ALPHA, (RESAMPLES, blocks), rng);
-        for (all, size) in aa_all.iter_mut().zip(sizes) {
-            *all *= paired::pass_rate(&r.aa, &limits, ALPHA, (RESAMPLES, size), rng);
+        let rates =
+            sizes.map(|size| paired::pass_rate(&r.aa, &limits, ALPHA, (RESAMPLES, size), rng));
+        for (all, rate) in aa_all.iter_mut().zip(rates) {
+            *all *= rate;
         }
+        let rate = rates[0];
         aa_passed += usize::from(RowVerdict::passes(&aa.map(Some)));
         for (k, (_, limit, name)) in TESTS.iter().enumerate() {
             let cells: Vec<String> = r

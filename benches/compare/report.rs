@@ -1050,13 +1050,16 @@ fn method(rounds: &str, target_ms: &str) -> String {
 }
 
 fn latency_section(lat: &Value) -> String {
-    let mut s = String::from(
+    let blocks = lat["figures"]
+        .get(0)
+        .map_or_else(|| "-".to_string(), |f| text(f, "blocks"));
+    let mut s = format!(
         "### Latency (folded in from `latency.json`)\n\n\
-         Measured separately by `just latency` (`benches/latency.rs`: its own run, 20 \
-         blocks per row, each running every system once in a random order, medians; the publisher and the subscribers are tasks on \
-         a 2-worker runtime): end-to-end latency from the message's *intended* send time \
-         (coordinated omission accounted for), writer stall and reader lag, in microseconds. \
-         See `latency.md` for the method.\n\n",
+         Measured separately by `just latency` (`benches/latency.rs`: its own run, {blocks} \
+         blocks per row, each running every system once in a random order, medians; the \
+         publisher and the subscribers are tasks on a 2-worker runtime): end-to-end latency \
+         from the message's *intended* send time (coordinated omission accounted for), \
+         writer stall and reader lag, in microseconds. See `latency.md` for the method.\n\n",
     );
     let _ = writeln!(
         s,
