@@ -21,6 +21,7 @@ mod neighbour;
 mod no_loss;
 mod no_runtime;
 mod order;
+mod patterns;
 mod stress;
 mod subscribe;
 mod types;

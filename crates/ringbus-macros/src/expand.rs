@@ -252,7 +252,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
     let subscribe = match &message {
         _ if reply_ty.is_some() => quote!(bus.reply_with(self.topic(), #options, handler)),
         Message::Batch(_) => quote!(bus.subscribe_batch(self.topic(), #options, handler)),
-        _ => quote!(bus.subscribe_with(self.topic(), #options, handler)),
+        // A topic with a `*` or `>` token is a pattern (it may be a `const`: decided at
+        // `register`); its handler is not told the topic.
+        _ => quote!({
+            let options = #options;
+            if #krate::__private::is_pattern(self.topic()) {
+                bus.subscribe_pattern_with(
+                    self.topic(),
+                    options,
+                    #krate::__private::IgnoreTopic(handler),
+                )
+            } else {
+                bus.subscribe_with(self.topic(), options, handler)
+            }
+        }),
     };
     let capacity = args
         .capacity

@@ -36,6 +36,12 @@ mod expand;
 /// `batch`, `reply`, `retry(..)`, `dead_letter("topic")`, `crate = "path"` (where `ringbus`
 /// is re-exported under another path).
 ///
+/// A topic with a `*` or `>` token is a pattern (`#[subscriber("orders.*")]`, see
+/// [`Bus::subscribe_pattern`](https://docs.rs/ringbus/latest/ringbus/struct.Bus.html#method.subscribe_pattern)):
+/// the function handles the messages of every matching topic, present and future, without
+/// being told which (a closure `async |topic: &str, msg: &T| ...` given to `subscribe_pattern`
+/// is). `batch` and `reply` take a topic, not a pattern: `register` refuses the pair.
+///
 /// `reply` makes a replier: the topic carries `ringbus::Request<T, R>`, and the return value
 /// (`R`, or `Result<R, E>` whose `Err` the requester receives as
 /// `ringbus::RequestError::Failed`) answers each `topic.request(msg)`. It goes with neither

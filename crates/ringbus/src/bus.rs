@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished, Unresolved};
-use crate::handler::{BatchHandler, Handler};
+use crate::handler::{BatchHandler, Handler, TopicHandler};
 use crate::map::TopicMap;
 use crate::options::SubscribeOptions;
+use crate::pattern::{self, Patterns};
 use crate::progress::Progress;
 use crate::shared::{BusState, SubShared};
 use crate::state::{State, States};
@@ -40,6 +41,8 @@ struct Inner {
     topics: TopicMap<Entry>,
     /// Values for `State<S>` handler parameters.
     states: States,
+    /// The pattern subscriptions, matched against each topic as it is made.
+    patterns: Arc<Patterns>,
 }
 
 /// The message bus: named topics, each carrying one message type, each with its own ring and
@@ -279,6 +282,7 @@ impl BusBuilder {
                 state,
                 topics,
                 states: self.states,
+                patterns: Arc::default(),
             }),
         }
     }
@@ -377,7 +381,7 @@ impl Bus {
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&Entry, RingTooLarge> {
+    ) -> Result<&Entry, Unresolved> {
         match self.inner.topics.get(name) {
             Some(entry) => Ok(entry),
             None => self.create::<T>(name, capacity),
@@ -422,18 +426,27 @@ impl Bus {
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
         subscriber::runnable(&self.inner.state, options)?;
+        if pattern::is_pattern(topic) {
+            return Err(Error::Unsupported(
+                "a topic name with a `*` or `>` token is a pattern: subscribe to it with \
+                 `subscribe_pattern`",
+            ));
+        }
         Ok(self.resolve_arc::<T>(topic, options.capacity)?)
     }
 
     /// Makes the topic `name` for messages of type `T`, unless another thread just did; an
-    /// `Err` if its ring cannot be allocated (then nothing is made).
+    /// `Err` if its ring cannot be allocated or a pattern that matches it takes another type
+    /// (then nothing is made). Every pattern that matches follows it before it is inserted,
+    /// holding the patterns' lock (see `pattern`).
     #[cold]
     fn create<T: Send + Sync + 'static>(
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&Entry, RingTooLarge> {
+    ) -> Result<&Entry, Unresolved> {
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
+        let patterns = self.inner.patterns.read();
         let entry = self.inner.topics.get_or_try_insert_with(name, || {
             let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())
                 .map_err(|e| RingTooLarge {
@@ -443,12 +456,16 @@ impl Bus {
                     bytes: e.bytes,
                 })?;
             let topic = Arc::new(topic);
+            let typed: Arc<dyn Any + Send + Sync> = topic.clone();
+            pattern::check(&patterns, name, std::any::type_name::<T>(), &typed)?;
             tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
-            Ok(Entry {
-                typed: topic.clone(),
+            pattern::follow_new(&patterns, name, &typed);
+            Ok::<_, Unresolved>(Entry {
+                typed,
                 erased: topic,
             })
         });
+        drop(patterns);
         // A `quiescent` pass that saw the list of topics change is not idle, and waits for
         // progress: say there was some, or on an otherwise quiet bus `close` and `wait_idle`
         // would wait for good. (Nobody handles anything on a topic just made.)
@@ -748,6 +765,100 @@ impl Bus {
         H: BatchHandler<T>,
     {
         subscriber::subscribe_batch(&self.subscribable::<T>(topic, &options)?, options, handler)
+    }
+
+    /// Runs `handler` for the messages of every topic whose name matches `pattern`: the topics
+    /// that exist now and every one made later, each from the moment this returns (or the
+    /// moment it is made). The handler is told the topic each message came from.
+    ///
+    /// A pattern is NATS-style: tokens split on `.`, where `*` matches any one token and `>`
+    /// (only as the last token) every token left, at least one. `orders.*` matches
+    /// `orders.created` but not `orders.eu.paid`; `orders.>` matches both. Wildcards are whole
+    /// tokens; tokens are not empty.
+    ///
+    /// The subscription is one subscriber per matched topic, each a task of its own running
+    /// the same handler, with the guarantees of a [`subscribe`](Self::subscribe)r of that
+    /// topic: order per topic, no loss, close drains, failures stay local. Across topics
+    /// nothing is ordered: messages of two topics are handled concurrently, in any order.
+    /// Matching happens here and when a topic is made, never per publish.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// use std::sync::{Arc, Mutex};
+    /// use ringbus::{with_state, Bus};
+    ///
+    /// let bus = Bus::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// let sub = bus.subscribe_pattern("orders.*", move |topic: &str, id: &u64| {
+    ///     log.lock().unwrap().push(format!("{topic}: {id}"));
+    ///     async {}
+    /// })?;
+    /// bus.publish("orders.created", 1u64).await?; // made after the subscribe: followed
+    /// bus.publish("orders.eu.paid", 2u64).await?; // two tokens after `orders`: no match
+    /// bus.close().await;
+    /// assert_eq!(*seen.lock().unwrap(), ["orders.created: 1"]);
+    /// assert_eq!(sub.topics(), ["orders.created"]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPattern`] saying what is wrong with `pattern`;
+    /// [`Error::PatternMismatch`] if a matching topic carries another type (then nothing is
+    /// subscribed; a matching topic made later with another type is refused instead);
+    /// [`Error::NoRuntime`] outside a tokio runtime (the followers of topics made later run
+    /// on this one, wherever those topics are made); [`Error::Closed`];
+    /// [`Error::Unsupported`] with a capacity in `options` (each topic has its own).
+    pub fn subscribe_pattern<T, H>(&self, pattern: &str, handler: H) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: TopicHandler<T>,
+    {
+        self.subscribe_pattern_with(pattern, SubscribeOptions::new(), handler)
+    }
+
+    /// [`subscribe_pattern`](Self::subscribe_pattern) with options, applied to each topic's
+    /// subscriber (a name, a stall timeout, a retry policy, a dead-letter topic; not a
+    /// capacity).
+    ///
+    /// # Errors
+    ///
+    /// As [`subscribe_pattern`](Self::subscribe_pattern).
+    pub fn subscribe_pattern_with<T, H>(
+        &self,
+        pattern: &str,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: TopicHandler<T>,
+    {
+        pattern::subscribe(
+            &self.inner.state,
+            &self.inner.patterns,
+            || self.typed_topics(),
+            pattern,
+            options,
+            handler,
+        )
+    }
+
+    /// Every topic, as a pattern meets it.
+    fn typed_topics(&self) -> Vec<pattern::Met> {
+        self.inner
+            .topics
+            .values()
+            .into_iter()
+            .map(|e| {
+                (
+                    e.erased.name().clone(),
+                    e.typed.clone(),
+                    e.erased.message_type(),
+                )
+            })
+            .collect()
     }
 
     /// Subscribes a handler that knows its topic and options, such as one made by

@@ -30,6 +30,10 @@ pub enum PublishError<T> {
     NoSubscriber(T, Arc<str>),
     /// The topic did not exist, and its ring could not be allocated: nothing was made.
     RingTooLarge(T, RingTooLarge),
+    /// The topic did not exist, and a pattern subscription that matches its name handles
+    /// another message type: nothing was made. Boxed: a rare error, kept from growing every
+    /// publish's result.
+    PatternMismatch(T, Box<PatternMismatch>),
     /// The publish's [`Context`](crate::Context) has a deadline, and no tokio runtime is
     /// reachable here to time it (a plain thread, another executor): deadlines run on tokio's
     /// time driver. Publish without the deadline, or from inside a runtime.
@@ -46,6 +50,7 @@ impl<T> PublishError<T> {
             | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _)
             | PublishError::RingTooLarge(m, _)
+            | PublishError::PatternMismatch(m, _)
             | PublishError::NoRuntime(m) => m,
         }
     }
@@ -59,6 +64,7 @@ impl<T> PublishError<T> {
             | PublishError::NoSubscriber(m, _)
             | PublishError::TypeMismatch(m, _)
             | PublishError::RingTooLarge(m, _)
+            | PublishError::PatternMismatch(m, _)
             | PublishError::NoRuntime(m) => m,
         }
     }
@@ -72,6 +78,7 @@ impl<T> PublishError<T> {
             PublishError::TypeMismatch(m, e) => PublishError::TypeMismatch(f(m), e),
             PublishError::NoSubscriber(m, topic) => PublishError::NoSubscriber(f(m), topic),
             PublishError::RingTooLarge(m, e) => PublishError::RingTooLarge(f(m), e),
+            PublishError::PatternMismatch(m, e) => PublishError::PatternMismatch(f(m), e),
             PublishError::NoRuntime(m) => PublishError::NoRuntime(f(m)),
         }
     }
@@ -95,6 +102,11 @@ impl<T> fmt::Debug for PublishError<T> {
                 .finish(),
             PublishError::RingTooLarge(_, e) => f
                 .debug_tuple("RingTooLarge")
+                .field(&Elided)
+                .field(e)
+                .finish(),
+            PublishError::PatternMismatch(_, e) => f
+                .debug_tuple("PatternMismatch")
                 .field(&Elided)
                 .field(e)
                 .finish(),
@@ -147,6 +159,7 @@ impl<T> fmt::Display for PublishError<T> {
                  published"
             ),
             PublishError::RingTooLarge(_, e) => e.fmt(f),
+            PublishError::PatternMismatch(_, e) => e.fmt(f),
             PublishError::NoRuntime(_) => f.write_str(
                 "no tokio runtime is reachable to time the publish's deadline; the message was \
                  not published",
@@ -271,6 +284,65 @@ impl fmt::Display for TypeMismatch {
 }
 
 impl std::error::Error for TypeMismatch {}
+
+/// A pattern subscription and a topic its pattern matches carry different message types. Met
+/// when the two meet: the pattern subscribing while the topic exists (then the subscription is
+/// refused), or the topic being made while the pattern is subscribed (then the topic is not
+/// made, and the publish or subscribe that would have made it gets this error).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ringbus::Error> {
+/// use ringbus::{Bus, PublishError};
+///
+/// let bus = Bus::new();
+/// let sub = bus.subscribe_pattern("orders.*", async |_topic: &str, _id: &u64| {})?;
+/// match bus.publish("orders.created", "not a u64").await {
+///     Err(PublishError::PatternMismatch(msg, e)) => {
+///         assert_eq!(msg, "not a u64"); // the message comes back
+///         assert_eq!((&*e.pattern, &*e.topic), ("orders.*", "orders.created"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert!(bus.stats().topics.is_empty()); // nothing was made
+/// sub.unsubscribe().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PatternMismatch {
+    /// The pattern.
+    pub pattern: Arc<str>,
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The type the pattern's handler takes.
+    pub pattern_type: &'static str,
+    /// The type the topic carries (or would have carried).
+    pub topic_type: &'static str,
+}
+
+impl fmt::Debug for PatternMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PatternMismatch")
+            .field("pattern", &&*self.pattern)
+            .field("topic", &&*self.topic)
+            .field("pattern_type", &self.pattern_type)
+            .field("topic_type", &self.topic_type)
+            .finish()
+    }
+}
+
+impl fmt::Display for PatternMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pattern \"{}\" handles `{}`, and matches topic \"{}\", which carries `{}`",
+            self.pattern, self.pattern_type, self.topic, self.topic_type
+        )
+    }
+}
+
+impl std::error::Error for PatternMismatch {}
 
 /// A topic's ring could not be allocated: its capacity times the size of its message type is
 /// more memory than the process can have. Nothing was made: the topic does not exist, and the
@@ -404,6 +476,17 @@ pub enum Error {
     ReplyFailed(String),
     /// A topic's ring could not be allocated (see [`RingTooLarge`]).
     RingTooLarge(RingTooLarge),
+    /// A pattern subscription and a topic it matches carry different message types (see
+    /// [`PatternMismatch`]).
+    PatternMismatch(PatternMismatch),
+    /// A pattern that is not one (see [`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern)
+    /// for the syntax).
+    InvalidPattern {
+        /// The pattern as given.
+        pattern: Arc<str>,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -445,6 +528,10 @@ impl fmt::Display for Error {
             Error::NoResponders => f.write_str("the request got no reply: no replier"),
             Error::ReplyFailed(text) => write!(f, "the replier failed: {text}"),
             Error::RingTooLarge(e) => e.fmt(f),
+            Error::PatternMismatch(e) => e.fmt(f),
+            Error::InvalidPattern { pattern, reason } => {
+                write!(f, "\"{pattern}\" is not a topic pattern: {reason}")
+            }
         }
     }
 }
@@ -486,6 +573,12 @@ impl fmt::Debug for Error {
             Error::NoResponders => f.write_str("NoResponders"),
             Error::ReplyFailed(text) => f.debug_tuple("ReplyFailed").field(text).finish(),
             Error::RingTooLarge(e) => f.debug_tuple("RingTooLarge").field(e).finish(),
+            Error::PatternMismatch(e) => f.debug_tuple("PatternMismatch").field(e).finish(),
+            Error::InvalidPattern { pattern, reason } => f
+                .debug_struct("InvalidPattern")
+                .field("pattern", &&**pattern)
+                .field("reason", reason)
+                .finish(),
         })
     }
 }
@@ -501,6 +594,7 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::TypeMismatch(_, e) => Error::TypeMismatch(e),
             PublishError::NoSubscriber(_, topic) => Error::NoSubscriber { topic },
             PublishError::RingTooLarge(_, e) => Error::RingTooLarge(e),
+            PublishError::PatternMismatch(_, e) => Error::PatternMismatch(*e),
             PublishError::NoRuntime(_) => Error::NoRuntime,
         }
     }
@@ -512,6 +606,7 @@ impl<T> From<PublishError<T>> for Error {
 pub(crate) enum Unresolved {
     TypeMismatch(TypeMismatch),
     RingTooLarge(RingTooLarge),
+    PatternMismatch(Box<PatternMismatch>),
 }
 
 impl Unresolved {
@@ -520,6 +615,7 @@ impl Unresolved {
         match self {
             Unresolved::TypeMismatch(e) => PublishError::TypeMismatch(msg, e),
             Unresolved::RingTooLarge(e) => PublishError::RingTooLarge(msg, e),
+            Unresolved::PatternMismatch(e) => PublishError::PatternMismatch(msg, e),
         }
     }
 }
@@ -527,6 +623,12 @@ impl Unresolved {
 impl From<TypeMismatch> for Unresolved {
     fn from(e: TypeMismatch) -> Self {
         Unresolved::TypeMismatch(e)
+    }
+}
+
+impl From<PatternMismatch> for Unresolved {
+    fn from(e: PatternMismatch) -> Self {
+        Unresolved::PatternMismatch(Box::new(e))
     }
 }
 
@@ -541,6 +643,7 @@ impl From<Unresolved> for Error {
         match e {
             Unresolved::TypeMismatch(e) => Error::TypeMismatch(e),
             Unresolved::RingTooLarge(e) => Error::RingTooLarge(e),
+            Unresolved::PatternMismatch(e) => Error::PatternMismatch(*e),
         }
     }
 }

@@ -318,3 +318,79 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string panic payload".to_string())
 }
+
+/// Handles one message of a topic matched by a pattern, told which topic it came from: what
+/// [`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern) runs.
+///
+/// Implemented by every closure or function that takes `(&str, &T)` and returns a `Send`
+/// future of `()` or `Result<(), E>` (see [`TopicHandlerFn`]), such as the async closure
+/// `async |topic: &str, msg: &T| ...`, and by `#[subscriber("orders.*")]` functions.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot handle `&{T}` messages of a pattern's topics",
+    label = "not a pattern handler of `&{T}`",
+    note = "a pattern handler is an async closure `async |topic: &str, msg: &{T}| ...`, or a `#[subscriber(\"orders.*\")]` function",
+    note = "its future must be `Send`, and resolve to `()` or `Result<(), E>` (with `E: Display`)"
+)]
+pub trait TopicHandler<T>: Send + Sync + 'static {
+    /// Handles `msg`, published to `topic`. Failures count as a [`Handler`]'s do.
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        msg: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
+}
+
+/// A function of `(&'a str, &'a T)` whose future may borrow both: what a pattern's closure
+/// handler is. Implemented for every such `Fn` with a `Send` future, so you never implement it
+/// yourself.
+pub trait TopicHandlerFn<'a, T: 'a>:
+    Fn(&'a str, &'a T) -> <Self as TopicHandlerFn<'a, T>>::Fut
+{
+    /// The future a call returns.
+    type Fut: Future<Output = Self::Result> + Send + 'a;
+    /// What the future resolves to.
+    type Result: HandlerOutput;
+}
+
+impl<'a, T: 'a, F, Fut> TopicHandlerFn<'a, T> for F
+where
+    F: Fn(&'a str, &'a T) -> Fut,
+    Fut: Future + Send + 'a,
+    Fut::Output: HandlerOutput,
+{
+    type Fut = Fut;
+    type Result = Fut::Output;
+}
+
+impl<T, F> TopicHandler<T> for F
+where
+    T: Sync + 'static,
+    F: for<'a> TopicHandlerFn<'a, T> + Send + Sync + 'static,
+{
+    /// As the one-message closures' `call`: the closure runs at once.
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        msg: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self(topic, msg).map(HandlerOutput::into_result)
+    }
+}
+
+/// A [`Handler`] run on a pattern's topics, not told which (what `#[subscriber("orders.*")]`
+/// makes of a function that takes only the message).
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct IgnoreTopic<H>(pub H);
+
+impl<T: Sync + 'static, H: Handler<T>> TopicHandler<T> for IgnoreTopic<H> {
+    #[inline]
+    fn call<'a>(
+        &'a self,
+        _topic: &'a str,
+        msg: &'a T,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.0.call(msg)
+    }
+}

@@ -120,6 +120,7 @@ mod map;
 mod observe;
 mod options;
 mod parent;
+mod pattern;
 mod progress;
 mod reply;
 mod retry;
@@ -139,10 +140,12 @@ pub use app::{App, Health, HealthStatus};
 pub use bus::{Bus, BusBuilder, Subscriber};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
-pub use error::{Error, PublishError, RequestError, RingTooLarge, TypeMismatch, Unpublished};
+pub use error::{
+    Error, PatternMismatch, PublishError, RequestError, RingTooLarge, TypeMismatch, Unpublished,
+};
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
-    HandlerOutput, StateHandlerFn, WithState,
+    HandlerOutput, StateHandlerFn, TopicHandler, TopicHandlerFn, WithState,
 };
 pub use options::{DeadLetter, RetryPolicy, SubscribeOptions};
 pub use reply::{Replier, ReplyFn, ReplyOutput, Request, Responder};
@@ -187,7 +190,13 @@ pub mod __bench {
 pub mod __private {
     pub use std::future::Future;
 
+    pub use crate::handler::IgnoreTopic;
     use crate::{Bus, Error, HandlerError, State, Topic};
+
+    /// Whether a `#[subscriber("...")]` topic is a pattern (it has a `*` or `>` token).
+    pub fn is_pattern(topic: &str) -> bool {
+        crate::pattern::is_pattern(topic)
+    }
 
     /// Publishes a handler's return value to its `publish("...")` topic.
     pub async fn forward<R: Send + Sync + 'static>(

@@ -157,11 +157,11 @@ where
     });
     let _ = sub.abort.set(handle.abort_handle());
     tracing::debug!(topic = %topic.name, subscriber = %sub.name, "ringbus subscriber started");
-    Ok(Subscription {
+    Ok(Subscription(Kind::Topic {
         sub,
         topic: topic.clone(),
         task: handle,
-    })
+    }))
 }
 
 impl<T: Send + Sync + 'static> Topic<T> {
@@ -226,41 +226,95 @@ impl<F: Future<Output = ()>> Future for Supervised<F> {
     }
 }
 
-/// A running subscriber.
+/// A running subscriber: of one topic, or of every topic a pattern matches
+/// ([`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern)).
 ///
 /// Dropping it leaves the subscriber running until the bus closes (as dropping a tokio
 /// `JoinHandle` leaves its task running). [`unsubscribe`](Self::unsubscribe) stops it.
-pub struct Subscription {
-    pub(crate) sub: Arc<SubShared>,
-    pub(crate) topic: Arc<dyn AnyTopic>,
-    pub(crate) task: JoinHandle<()>,
+pub struct Subscription(Kind);
+
+enum Kind {
+    Topic {
+        sub: Arc<SubShared>,
+        topic: Arc<dyn AnyTopic>,
+        task: JoinHandle<()>,
+    },
+    /// One subscriber per matched topic (see `pattern`).
+    Pattern(Arc<dyn Followers>),
+}
+
+/// A pattern subscription's followers, one subscriber per matched topic, as its
+/// [`Subscription`] sees them (implemented in `pattern`, a layer above).
+pub(crate) trait Followers: Send + Sync + fmt::Debug {
+    fn id(&self) -> u64;
+    fn name(&self) -> &str;
+    fn pattern(&self) -> &str;
+    /// The topics followed, in the order they were met.
+    fn topics(&self) -> Vec<String>;
+    /// The followers' counters, summed (flags: any follower's).
+    fn stats(&self) -> SubscriberStats;
+    /// True once no topic can be followed any more and every follower has ended.
+    fn is_finished(&self) -> bool;
+    /// Stops following new topics and cuts every follower (`Subscription::cut`); returns
+    /// them, to wait for.
+    fn leave(&self) -> Vec<Subscription>;
 }
 
 impl Subscription {
+    pub(crate) fn pattern(shared: Arc<dyn Followers>) -> Self {
+        Self(Kind::Pattern(shared))
+    }
+
     /// The subscriber's id, unique within the process.
     pub fn id(&self) -> u64 {
-        self.sub.id
+        match &self.0 {
+            Kind::Topic { sub, .. } => sub.id,
+            Kind::Pattern(p) => p.id(),
+        }
     }
 
     /// The subscriber's name, as in logs and stats.
     pub fn name(&self) -> &str {
-        &self.sub.name
+        match &self.0 {
+            Kind::Topic { sub, .. } => &sub.name,
+            Kind::Pattern(p) => p.name(),
+        }
     }
 
-    /// The topic.
+    /// The topic, or a pattern subscription's pattern.
     pub fn topic(&self) -> &str {
-        &self.sub.topic
+        match &self.0 {
+            Kind::Topic { sub, .. } => &sub.topic,
+            Kind::Pattern(p) => p.pattern(),
+        }
     }
 
-    /// A snapshot of this subscriber's counters.
+    /// The topics it handles: its topic, or every topic its pattern has matched so far, in
+    /// the order they were met.
+    pub fn topics(&self) -> Vec<String> {
+        match &self.0 {
+            Kind::Topic { sub, .. } => vec![sub.topic.to_string()],
+            Kind::Pattern(p) => p.topics(),
+        }
+    }
+
+    /// A snapshot of this subscriber's counters; a pattern subscription's are the sums over
+    /// its topics (and a flag is set if it is for any of them).
     pub fn stats(&self) -> SubscriberStats {
-        self.sub.stats(self.topic.published())
+        match &self.0 {
+            Kind::Topic { sub, topic, .. } => sub.stats(topic.published()),
+            Kind::Pattern(p) => p.stats(),
+        }
     }
 
     /// True once the subscriber's task has ended (unsubscribed, closed, or detached), or can
-    /// run no handler again (stopped by a bounded close).
+    /// run no handler again (stopped by a bounded close). A pattern subscription: once it
+    /// can meet no new topic (unsubscribed, or the bus closing) and every topic's task has.
     pub fn is_finished(&self) -> bool {
-        self.sub.ended()
+        match &self.0 {
+            Kind::Topic { sub, .. } => sub.ended(),
+            Kind::Pattern(p) => p.is_finished(),
+        }
     }
 
     /// Stops the subscriber: it handles every message that was in its topic when this was
@@ -270,30 +324,70 @@ impl Subscription {
     /// call. A publisher waiting for room because of this subscriber is released as it works
     /// through (and then leaves) its queue.
     ///
+    /// A pattern subscription stops following new topics at the call, and cuts each of its
+    /// topics as above.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: the request is made when this is first polled; dropping the future only
-    /// stops waiting for the task to finish.
+    /// stops waiting for the tasks to finish.
     ///
     /// Called from inside this subscriber's own handler, it makes the request and returns
-    /// without waiting (the task cannot end while it runs the handler that waits).
+    /// without waiting for that handler's task (which cannot end while it runs the handler
+    /// that waits).
     pub async fn unsubscribe(self) {
-        self.sub.cut_at(self.topic.published());
-        if current().is_some_and(|current| current.id == self.sub.id) {
-            return;
+        match self.0 {
+            Kind::Topic { sub, topic, task } => {
+                sub.cut_at(topic.published());
+                join(&sub, task).await;
+            }
+            Kind::Pattern(p) => {
+                for follower in p.leave() {
+                    if let Kind::Topic { sub, task, .. } = follower.0 {
+                        join(&sub, task).await;
+                    }
+                }
+            }
         }
-        // Only the task's own panic would make this an error, and the task catches handler
-        // panics; an abort (bus close with a deadline) is an end like any other.
-        let _ = self.task.await;
     }
+
+    /// The cut `unsubscribe` makes, without waiting (a pattern's followers, all cut before any
+    /// is waited for).
+    pub(crate) fn cut(&self) {
+        if let Kind::Topic { sub, topic, .. } = &self.0 {
+            sub.cut_at(topic.published());
+        }
+    }
+
+    /// A one-topic subscriber's shared state (`None` for a pattern).
+    pub(crate) fn shared(&self) -> Option<&Arc<SubShared>> {
+        match &self.0 {
+            Kind::Topic { sub, .. } => Some(sub),
+            Kind::Pattern(_) => None,
+        }
+    }
+}
+
+/// Waits for the task of the subscriber `sub` to end, unless it is the caller's own.
+async fn join(sub: &SubShared, task: JoinHandle<()>) {
+    if current().is_some_and(|current| current.id == sub.id) {
+        return;
+    }
+    // Only the task's own panic would make this an error, and the task catches handler
+    // panics; an abort (bus close with a deadline) is an end like any other.
+    let _ = task.await;
 }
 
 impl fmt::Debug for Subscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.sub.id)
-            .field("name", &&*self.sub.name)
-            .field("topic", &&*self.sub.topic)
-            .finish()
+        match &self.0 {
+            Kind::Topic { sub, .. } => f
+                .debug_struct("Subscription")
+                .field("id", &sub.id)
+                .field("name", &&*sub.name)
+                .field("topic", &&*sub.topic)
+                .finish(),
+            Kind::Pattern(p) => p.fmt(f),
+        }
     }
 }

@@ -59,6 +59,7 @@ pub(crate) struct TopicInner<T> {
 
 /// The type-erased face of a topic, for the registry, `stats` and `close`.
 pub(crate) trait AnyTopic: Send + Sync + 'static {
+    fn name(&self) -> &Arc<str>;
     fn message_type(&self) -> &'static str;
     fn published(&self) -> u64;
     /// The subscriber tasks (not the streams: `close` does not wait for those).
@@ -173,6 +174,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
 type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
 
 impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     fn message_type(&self) -> &'static str {
         std::any::type_name::<T>()
     }

@@ -1,0 +1,442 @@
+//! Topic patterns: NATS-style tokens split on `.`, `*` for one token, `>` for the rest.
+//!
+//! A pattern subscription ([`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern)) is one
+//! ordinary subscriber per matching topic, each running the same handler: every guarantee of
+//! a named subscriber holds per topic because each follower *is* one. Matching happens when a
+//! topic is made or a pattern subscribes, never per publish.
+//!
+//! # Why no topic is missed
+//!
+//! The bus's patterns live in one list under a read-write lock. A pattern subscribing takes it
+//! for writing, adds itself, then follows every topic that exists; a topic being made holds it
+//! for reading from before its map insert until after, and is followed by every matching pattern
+//! before it is inserted (so before anyone can publish to it). A topic's insert either finished
+//! before the pattern took the lock, and the pattern's walk of the map sees it, or waits for the
+//! lock, and then finds the pattern in the list.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::error::{Error, PatternMismatch};
+use crate::handler::TopicHandler;
+use crate::options::SubscribeOptions;
+use crate::shared::{BusState, SubShared};
+use crate::stats::SubscriberStats;
+use crate::subscriber::{Followers, Subscription};
+use crate::topic::{AnyTopic, TopicInner};
+
+/// A parsed pattern: its text, and whether it ends in `>`.
+#[derive(Clone, Debug)]
+pub(crate) struct Pattern {
+    text: Arc<str>,
+}
+
+impl Pattern {
+    /// Parses `text`, or says why it is not a pattern.
+    pub(crate) fn parse(text: &str) -> Result<Self, Error> {
+        let invalid = |reason| Error::InvalidPattern {
+            pattern: text.into(),
+            reason,
+        };
+        if text.is_empty() {
+            return Err(invalid("a pattern has at least one token"));
+        }
+        let tokens: Vec<&str> = text.split('.').collect();
+        for (i, token) in tokens.iter().enumerate() {
+            if token.is_empty() {
+                return Err(invalid(
+                    "tokens are not empty (no leading, trailing or double `.`)",
+                ));
+            }
+            if *token != "*" && *token != ">" && token.contains(['*', '>']) {
+                return Err(invalid("a wildcard (`*` or `>`) is a whole token"));
+            }
+            if *token == ">" && i + 1 != tokens.len() {
+                return Err(invalid("`>` is the last token"));
+            }
+        }
+        Ok(Self { text: text.into() })
+    }
+
+    /// The pattern as written.
+    pub(crate) fn text(&self) -> &Arc<str> {
+        &self.text
+    }
+
+    /// Whether the topic `name` matches: token by token, `*` taking any one token and `>`
+    /// every token left (at least one).
+    pub(crate) fn matches(&self, name: &str) -> bool {
+        let mut names = name.split('.');
+        for token in self.text.split('.') {
+            match (token, names.next()) {
+                (">", Some(_)) => return true,
+                ("*", Some(_)) => {}
+                (literal, Some(name)) if literal == name => {}
+                _ => return false,
+            }
+        }
+        names.next().is_none()
+    }
+}
+
+/// True if `name` has a wildcard token (`*` or `>`): a pattern, not a topic name.
+pub(crate) fn is_pattern(name: &str) -> bool {
+    name.split('.').any(|token| token == "*" || token == ">")
+}
+
+/// The bus's pattern subscriptions; see the module docs for the lock's part.
+#[derive(Default)]
+pub(crate) struct Patterns {
+    list: RwLock<Vec<Arc<dyn AnyPattern>>>,
+}
+
+impl Patterns {
+    /// Holds the list for reading while a topic is made (see the module docs).
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<dyn AnyPattern>>> {
+        // The list is only pushed to and filtered; a panic cannot leave it inconsistent.
+        self.list.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<dyn AnyPattern>>> {
+        self.list.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remove(&self, id: u64) {
+        self.write().retain(|p| p.shared().id != id);
+    }
+}
+
+/// Checks a topic being made against every pattern in `patterns` that matches it: the
+/// first whose message type differs is the error, and then nothing is followed.
+pub(crate) fn check(
+    patterns: &[Arc<dyn AnyPattern>],
+    name: &str,
+    topic_type: &'static str,
+    topic: &Arc<dyn Any + Send + Sync>,
+) -> Result<(), PatternMismatch> {
+    for p in patterns.iter().filter(|p| p.shared().pattern.matches(name)) {
+        if !p.carries(topic) {
+            return Err(p.mismatch(name, topic_type));
+        }
+    }
+    Ok(())
+}
+
+/// Makes every pattern of `patterns` that matches `name` follow the topic (after [`check`]).
+pub(crate) fn follow_new(
+    patterns: &[Arc<dyn AnyPattern>],
+    name: &str,
+    topic: &Arc<dyn Any + Send + Sync>,
+) {
+    for p in patterns.iter().filter(|p| p.shared().pattern.matches(name)) {
+        p.follow(topic);
+    }
+}
+
+/// A pattern subscription, whatever its message and handler types.
+pub(crate) trait AnyPattern: Send + Sync + 'static {
+    fn shared(&self) -> &Arc<PatternShared>;
+    /// Whether `topic` (an `Arc<TopicInner<_>>`) carries this pattern's message type.
+    fn carries(&self, topic: &Arc<dyn Any + Send + Sync>) -> bool;
+    fn mismatch(&self, topic: &str, topic_type: &'static str) -> PatternMismatch;
+    /// Starts a follower on `topic`, which carries this pattern's type.
+    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>);
+}
+
+/// A follower, as `stats` reads it: its shared state and its topic.
+type Member = (Arc<SubShared>, Arc<dyn AnyTopic>);
+
+/// What a pattern subscription's handle reads: its followers, one per matched topic.
+pub(crate) struct PatternShared {
+    pub(crate) id: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) pattern: Pattern,
+    /// The followers whose tasks `unsubscribe` has not yet taken over.
+    followers: Mutex<Vec<Subscription>>,
+    /// Every follower ever started, for `stats` and `is_finished`.
+    members: Mutex<Vec<Member>>,
+    /// Set by `unsubscribe`: no topic is followed from then on.
+    left: AtomicBool,
+    patterns: Arc<Patterns>,
+    bus: Arc<BusState>,
+}
+
+impl Followers for PatternShared {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn pattern(&self) -> &str {
+        self.pattern.text()
+    }
+
+    fn topics(&self) -> Vec<String> {
+        lock(&self.members)
+            .iter()
+            .map(|(sub, _)| sub.topic.to_string())
+            .collect()
+    }
+
+    fn stats(&self) -> SubscriberStats {
+        let mut total = SubscriberStats {
+            id: self.id,
+            name: self.name.to_string(),
+            running: !self.is_finished(),
+            ..SubscriberStats::default()
+        };
+        for (sub, topic) in lock(&self.members).iter() {
+            let s = sub.stats(topic.published());
+            total.handled += s.handled;
+            total.lag += s.lag;
+            total.errors += s.errors;
+            total.panics += s.panics;
+            total.detached |= s.detached;
+            total.crashed |= s.crashed;
+            total.retries += s.retries;
+            total.dead_lettered += s.dead_lettered;
+            total.dead_letter_failures += s.dead_letter_failures;
+        }
+        total
+    }
+
+    /// Unsubscribed, or the bus refuses subscribers; and every follower has ended.
+    fn is_finished(&self) -> bool {
+        (self.left.load(Ordering::Acquire) || self.bus.refuses())
+            && lock(&self.members).iter().all(|(sub, _)| sub.ended())
+    }
+
+    fn leave(&self) -> Vec<Subscription> {
+        self.patterns.remove(self.id);
+        self.left.store(true, Ordering::Release);
+        let followers = std::mem::take(&mut *lock(&self.followers));
+        for f in &followers {
+            f.cut();
+        }
+        followers
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only pushed to and read; a panic cannot leave it inconsistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A typed pattern subscription: the handler each follower runs, and how to start one.
+struct PatternSub<T, H> {
+    shared: Arc<PatternShared>,
+    handler: Arc<H>,
+    options: SubscribeOptions,
+    /// The runtime the followers run on: the one `subscribe_pattern` was called on, since a
+    /// topic may be made where none is reachable.
+    runtime: tokio::runtime::Handle,
+    _message: PhantomData<fn(T)>,
+}
+
+impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, H> {
+    fn shared(&self) -> &Arc<PatternShared> {
+        &self.shared
+    }
+
+    fn carries(&self, topic: &Arc<dyn Any + Send + Sync>) -> bool {
+        topic.is::<TopicInner<T>>()
+    }
+
+    fn mismatch(&self, topic: &str, topic_type: &'static str) -> PatternMismatch {
+        PatternMismatch {
+            pattern: self.shared.pattern.text().clone(),
+            topic: topic.into(),
+            pattern_type: std::any::type_name::<T>(),
+            topic_type,
+        }
+    }
+
+    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) {
+        let Ok(topic) = topic.clone().downcast::<TopicInner<T>>() else {
+            return; // `check` refused the topic first.
+        };
+        let handler = OnTopic {
+            topic: topic.name.clone(),
+            handler: self.handler.clone(),
+            _message: PhantomData,
+        };
+        // A topic may be made where no runtime is reachable (or on another runtime): the
+        // follower runs where the pattern subscribed.
+        let _runtime = self.runtime.enter();
+        match crate::subscriber::subscribe(&topic, self.options.clone(), handler) {
+            Ok(sub) => {
+                tracing::debug!(pattern = %self.shared.pattern.text(), topic = %topic.name, "ringbus pattern follows a topic");
+                if let Some(shared) = sub.shared() {
+                    lock(&self.shared.members).push((shared.clone(), topic.clone()));
+                }
+                lock(&self.shared.followers).push(sub);
+            }
+            // The bus is closing: nothing will be published to the topic.
+            Err(Error::Closed) => {}
+            Err(error) => {
+                tracing::error!(pattern = %self.shared.pattern.text(), topic = %topic.name, %error, "ringbus pattern could not follow a topic");
+            }
+        }
+    }
+}
+
+/// A follower's handler: the pattern's, told the topic.
+struct OnTopic<T, H> {
+    topic: Arc<str>,
+    handler: Arc<H>,
+    _message: PhantomData<fn(T)>,
+}
+
+impl<T: Send + Sync + 'static, H: TopicHandler<T>> crate::handler::Handler<T> for OnTopic<T, H> {
+    fn call<'a>(
+        &'a self,
+        msg: &'a T,
+    ) -> impl std::future::Future<Output = Result<(), crate::HandlerError>> + Send + 'a {
+        self.handler.call(&self.topic, msg)
+    }
+}
+
+/// A topic as a pattern meets it: its name, its typed face (an `Arc<TopicInner<_>>`) and
+/// its message type.
+pub(crate) type Met = (Arc<str>, Arc<dyn Any + Send + Sync>, &'static str);
+
+/// Subscribes `handler` to every topic matching `pattern`, present and future: the pattern
+/// joins the list, then follows the topics that exist, listed by `topics` while it holds the
+/// list (see the module docs).
+pub(crate) fn subscribe<T, H>(
+    bus: &Arc<BusState>,
+    patterns: &Arc<Patterns>,
+    topics: impl FnOnce() -> Vec<Met>,
+    pattern: &str,
+    options: SubscribeOptions,
+    handler: H,
+) -> Result<Subscription, Error>
+where
+    T: Send + Sync + 'static,
+    H: TopicHandler<T>,
+{
+    let pattern = Pattern::parse(pattern)?;
+    if options.capacity.is_some() {
+        return Err(Error::Unsupported(
+            "a pattern subscription takes each topic's own capacity: set it on the bus or per \
+             topic, not in the pattern's options",
+        ));
+    }
+    crate::subscriber::runnable(bus, &options)?;
+    if bus.refuses() {
+        return Err(Error::Closed);
+    }
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let id = crate::shared::next_subscriber_id();
+    let shared = Arc::new(PatternShared {
+        id,
+        name: options
+            .name
+            .clone()
+            .map_or_else(|| format!("{}#{id}", pattern.text()).into(), Into::into),
+        pattern,
+        followers: Mutex::new(Vec::new()),
+        members: Mutex::new(Vec::new()),
+        left: AtomicBool::new(false),
+        patterns: patterns.clone(),
+        bus: bus.clone(),
+    });
+    let sub: Arc<dyn AnyPattern> = Arc::new(PatternSub::<T, H> {
+        shared: shared.clone(),
+        handler: Arc::new(handler),
+        options,
+        runtime,
+        _message: PhantomData,
+    });
+    let mut list = patterns.write();
+    let matching: Vec<_> = topics()
+        .into_iter()
+        .filter(|(name, ..)| shared.pattern.matches(name))
+        .collect();
+    // All or nothing: a matching topic of another type refuses the whole subscription.
+    for (name, topic, topic_type) in &matching {
+        if !sub.carries(topic) {
+            return Err(Error::PatternMismatch(sub.mismatch(name, topic_type)));
+        }
+    }
+    list.push(sub.clone());
+    for (_, topic, _) in &matching {
+        sub.follow(topic);
+    }
+    drop(list);
+    tracing::debug!(pattern = %shared.pattern.text(), subscriber = %shared.name, topics = matching.len(), "ringbus pattern subscribed");
+    Ok(Subscription::pattern(shared))
+}
+
+impl fmt::Debug for PatternShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PatternSubscription")
+            .field("id", &self.id)
+            .field("name", &&*self.name)
+            .field("pattern", &&**self.pattern.text())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_follows_nats_tokens() {
+        let cases = [
+            ("orders.*", "orders.created", true),
+            ("orders.*", "orders", false),
+            ("orders.*", "orders.eu.paid", false),
+            ("orders.>", "orders.eu.paid", true),
+            ("orders.>", "orders.created", true),
+            ("orders.>", "orders", false),
+            ("*.*.paid", "orders.eu.paid", true),
+            ("*.*.paid", "orders.eu.shipped", false),
+            (">", "anything.at.all", true),
+            ("orders.created", "orders.created", true),
+            ("orders.created", "orders.create", false),
+            ("user.*.notifications", "user.42.notifications", true),
+            ("user.*.notifications", "user.42", false),
+        ];
+        for (pattern, name, expected) in cases {
+            assert_eq!(
+                Pattern::parse(pattern).unwrap().matches(name),
+                expected,
+                "{pattern} against {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_patterns_are_refused_with_the_reason() {
+        for bad in [
+            "",
+            "orders..paid",
+            ".orders",
+            "orders.",
+            "orders.>.paid",
+            "ord*.x",
+            "a.b>",
+        ] {
+            match Pattern::parse(bad) {
+                Err(Error::InvalidPattern { pattern, .. }) => assert_eq!(&*pattern, bad),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn only_wildcard_tokens_make_a_pattern() {
+        assert!(is_pattern("orders.*"));
+        assert!(is_pattern(">"));
+        assert!(!is_pattern("orders.created"));
+        assert!(!is_pattern("ord*.x"));
+    }
+}
