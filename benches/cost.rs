@@ -75,6 +75,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "bus Bus::publish by name with 1 subscriber, delivery included",
     ),
     (
+        "bus/publish_by_name1_patterns",
+        "bus/publish_by_name1 while 100 patterns that match other topics are subscribed",
+    ),
+    (
         "bus/publish1_not_interested",
         "bus/publish1 under a tracing subscriber that wants DEBUG, but not the bus's spans",
     ),
@@ -130,9 +134,10 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
         "ring/publish" => ring_publish(n),
         "ring/publish_read" => ring_publish_read(n),
         "ring/batch64" => ring_batch(n),
-        "bus/publish1" => bus_publish(n, 1, false),
-        "bus/publish10" => bus_publish(n, 10, false),
-        "bus/publish_by_name1" => bus_publish(n, 1, true),
+        "bus/publish1" => bus_publish(n, 1, false, 0),
+        "bus/publish10" => bus_publish(n, 10, false, 0),
+        "bus/publish_by_name1" => bus_publish(n, 1, true, 0),
+        "bus/publish_by_name1_patterns" => bus_publish(n, 1, true, 100),
         "bus/subscribe" => bus_subscribe(n),
         "bus/publish1_not_interested" => {
             // Interested in DEBUG (the maximum level lets the bus's check pass), not in the
@@ -141,13 +146,13 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
                 .with_default(LevelFilter::DEBUG)
                 .with_target("ringbus", LevelFilter::OFF);
             let _default = tracing_subscriber::registry().with(filter).set_default();
-            bus_publish(n, 1, false)
+            bus_publish(n, 1, false, 0)
         }
         "bus/publish1_traced" => {
             // The registry alone: every span made, entered, exited and closed, none printed
             // (what any layer built on the registry pays before its own work).
             let _default = tracing_subscriber::registry().set_default();
-            bus_publish(n, 1, false)
+            bus_publish(n, 1, false, 0)
         }
         _ => {
             eprintln!("unknown scenario {scenario}; see `ringbus-cost list`");
@@ -207,7 +212,9 @@ fn ring_batch(n: u64) -> bool {
     sum == n * (n - 1) / 2
 }
 
-fn bus_publish(n: u64, subscribers: u64, by_name: bool) -> bool {
+/// `n` publishes to a topic with `subscribers` one-message subscribers, while `patterns`
+/// pattern subscriptions match other topics (each has one, made first).
+fn bus_publish(n: u64, subscribers: u64, by_name: bool, patterns: usize) -> bool {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return false;
     };
@@ -215,6 +222,17 @@ fn bus_publish(n: u64, subscribers: u64, by_name: bool) -> bool {
         let bus = Bus::builder().capacity(1024).build();
         let handled = std::sync::Arc::new(AtomicU64::new(0));
         let mut subs = Vec::new();
+        for p in 0..patterns {
+            if bus.topic::<u64>(&format!("other.{p}.x")).is_err() {
+                return false;
+            }
+            match bus.subscribe_pattern(&format!("other.{p}.*"), |_: &str, _: &u64| {
+                std::future::ready(())
+            }) {
+                Ok(sub) => subs.push(sub),
+                Err(_) => return false,
+            }
+        }
         for _ in 0..subscribers {
             let handled = handled.clone();
             let sub = bus.subscribe("cost", move |m: &u64| {
