@@ -74,7 +74,12 @@ where
     let task = match mode {
         Mode::Core => {
             let subscriber = core_subscribe(link, &subject, sharing).await?;
-            tokio::spawn(core_loop(link.clone(), local, subject, codec, subscriber))
+            tokio::spawn(core_loop(
+                link.clone(),
+                Destination::Topic(local),
+                codec,
+                subscriber,
+            ))
         }
         Mode::JetStream => {
             let stream = link.stream(&subject).await?;
@@ -173,10 +178,46 @@ pub(crate) async fn core_subscribe(
     Ok(subscriber)
 }
 
+/// Starts importing every subject matching `subject` (the prefix and a topic pattern) into
+/// the local topic named by the subject less `prefix.`, core NATS.
+pub(crate) async fn start_pattern<T, C>(
+    link: &Arc<LinkShared>,
+    pattern: &str,
+    subject: String,
+    sharing: &Sharing,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let subscriber = core_subscribe(link, &subject, sharing).await?;
+    let prefix_len = subject.len() - pattern.len();
+    let task = tokio::spawn(core_loop(
+        link.clone(),
+        Destination::Named { prefix_len },
+        codec,
+        subscriber,
+    ));
+    tracing::info!(pattern = %pattern, group = ?sharing.group(), "ringbus-nats: importing a pattern");
+    Ok(ImportTask::new(task, "ringbus-nats"))
+}
+
+/// Where a core import publishes what arrives.
+enum Destination<T> {
+    /// Its one topic.
+    Topic(Topic<T>),
+    /// A pattern import: the topic each message's subject names, past the prefix's
+    /// `prefix_len` bytes (the server delivers only subjects `<prefix>.<topic>` that match).
+    Named { prefix_len: usize },
+}
+
+/// A core import's loop: decode each message and publish it with the bus's backpressure. A
+/// topic's import stops when the bus refuses a message; a pattern import stops only when the
+/// bus closes, a refused message (a topic of another type) costing that message alone.
 async fn core_loop<T, C>(
     link: Arc<LinkShared>,
-    local: Topic<T>,
-    subject: String,
+    into: Destination<T>,
     codec: C,
     mut subscriber: async_nats::Subscriber,
 ) where
@@ -192,16 +233,36 @@ async fn core_loop<T, C>(
                 None => break,
             },
         };
-        let Ok(msg) = take(&link, &codec, local.name(), &subject, &message) else {
+        let subject = message.subject.as_str();
+        let topic = match &into {
+            Destination::Topic(local) => local.name(),
+            Destination::Named { prefix_len } => subject.get(*prefix_len..).unwrap_or_default(),
+        };
+        let Ok(msg) = take::<T, C>(&link, &codec, topic, subject, &message) else {
             continue;
         };
         // Not cancelled by the close: a message taken from NATS is handed over.
-        let ctx = crate::otel::context(local.name(), &subject, message.headers.as_ref());
-        match local.publish_with(&ctx, msg).await {
+        let ctx = crate::otel::context(topic, subject, message.headers.as_ref());
+        let sent = match &into {
+            Destination::Topic(local) => local.publish_with(&ctx, msg).await,
+            Destination::Named { .. } => link.bus.publish_with(&ctx, topic, msg).await,
+        };
+        match sent {
             Ok(()) => add(&link.counters.imported),
+            Err(e)
+                if matches!(into, Destination::Named { .. })
+                    && !matches!(e, ringbus::PublishError::Closed(_)) =>
+            {
+                add(&link.counters.bad_input);
+                tracing::warn!(
+                    topic = %topic,
+                    error = %e,
+                    "ringbus-nats: the local bus refused an import; the pattern import goes on"
+                );
+            }
             Err(e) => {
                 tracing::warn!(
-                    topic = %local.name(),
+                    topic = %topic,
                     error = %e,
                     "ringbus-nats: the local bus refused an import; stopping this import"
                 );

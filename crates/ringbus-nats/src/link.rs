@@ -486,6 +486,54 @@ impl Link {
         self.inner.runtime.add_import(topic, start).await
     }
 
+    /// Publishes every message arriving on a subject that matches `<prefix>.<pattern>` into
+    /// the local topic the subject names (`<prefix>.orders.eu` into `orders.eu`), JSON-decoded;
+    /// each topic is made on its first message, so a local
+    /// [`subscribe_pattern`](ringbus::Bus::subscribe_pattern) of the same pattern handles them
+    /// all. Core NATS, fan-out: every importing instance sees every message.
+    ///
+    /// The pattern is NATS's: `*` one token, `>` (last) the rest; a malformed one is
+    /// [`LinkError::BadName`] here. A message whose topic carries another type locally is
+    /// logged, counted in `bad_input` and dropped; the import goes on. A topic imported by
+    /// name as well as by a matching pattern gets each message twice: import one way.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the subscription may exist on the server with no
+    /// task reading it; the pattern, left unlinked, is free to import again.
+    pub async fn import_pattern<T>(&self, pattern: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.import_pattern_as(pattern, Sharing::FanOut, Json).await
+    }
+
+    /// As [`import_pattern`](Self::import_pattern), fan-out or shared in a queue group (as
+    /// [`import_shared`](Self::import_shared)), with `codec`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import_pattern`](Self::import_pattern).
+    pub async fn import_pattern_as<T, C>(
+        &self,
+        pattern: &str,
+        sharing: Sharing,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        subject::check_pattern(pattern)?;
+        if let Sharing::Shared(group) = &sharing {
+            subject::check(group, "queue group")?;
+        }
+        let subject = format!("{}.{pattern}", self.inner.prefix);
+        let start = import::start_pattern::<T, C>(&self.inner, pattern, subject, &sharing, codec);
+        self.inner.runtime.add_import(pattern, start).await
+    }
+
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported
     /// messages are never exported again. The message type must record that it was imported
     /// ([`Envelope`](crate::Envelope) does), or this is [`LinkError::EchoLoop`]. Over

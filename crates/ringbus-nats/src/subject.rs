@@ -32,6 +32,41 @@ pub(crate) fn check(s: &str, what: &'static str) -> Result<(), LinkError> {
     Ok(())
 }
 
+/// Checks that `s` is a topic pattern a NATS subscription takes: dot-separated tokens, none
+/// empty, `*` one token and `>` (last only) the rest, no other wildcard characters, no
+/// whitespace or control characters.
+pub(crate) fn check_pattern(s: &str) -> Result<(), LinkError> {
+    let bad = |reason: &'static str| LinkError::BadName {
+        what: "topic pattern",
+        name: s.escape_debug().to_string(),
+        reason,
+    };
+    if s.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if s.len() > 256 {
+        return Err(bad("it is longer than 256 bytes"));
+    }
+    let tokens: Vec<&str> = s.split('.').collect();
+    for (i, token) in tokens.iter().enumerate() {
+        if token.is_empty() {
+            return Err(bad(
+                "it has an empty token (a leading, trailing or double '.')",
+            ));
+        }
+        if *token == ">" && i + 1 != tokens.len() {
+            return Err(bad("'>' is the last token"));
+        }
+        if *token != "*" && *token != ">" && token.contains(['*', '>']) {
+            return Err(bad("a wildcard ('*', '>') is a whole token"));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("it contains whitespace or a control character"));
+        }
+    }
+    Ok(())
+}
+
 /// The subject of `topic` under `prefix`.
 pub(crate) fn subject(prefix: &str, topic: &str) -> Result<String, LinkError> {
     check(topic, "topic")?;
@@ -75,6 +110,26 @@ pub(crate) fn durable_name(parts: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_take_whole_token_wildcards_only() {
+        for good in ["orders.*", "orders.>", "*.eu.*", ">", "orders.eu"] {
+            assert!(check_pattern(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "orders..x",
+            "orders.>.paid",
+            "ord*.x",
+            "a b.*",
+            ".orders",
+        ] {
+            assert!(
+                matches!(check_pattern(bad), Err(LinkError::BadName { .. })),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn accepts_plain_and_dotted_topics() {

@@ -519,3 +519,84 @@ async fn a_message_refused_by_a_strict_bus_is_dead_lettered_after_its_last_deliv
     assert!(inn.close(WAIT).await.complete);
     assert!(out.close(WAIT).await.complete);
 }
+
+/// A pattern import (`orders.>`) brings every matching subject into the local topic it names,
+/// made on its first message, where a local pattern subscriber (`orders.*`) handles it with its
+/// topic; subjects that do not match stay out, and a local topic of another type refuses its
+/// message only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_import_brings_every_matching_topic_in() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let (remote, local) = (Bus::new(), Bus::new());
+    let out = Link::builder(server.url()).connect(&remote).await.unwrap();
+    for topic in ["orders.eu", "orders.us", "orders.eu.paid", "billing"] {
+        out.export::<u64>(topic, Mode::Core).await.unwrap();
+    }
+    let inbound = Link::builder(server.url()).connect(&local).await.unwrap();
+    for bad in ["orders..x", "orders.>.x", "ord*"] {
+        assert!(
+            matches!(
+                inbound.import_pattern::<u64>(bad).await,
+                Err(LinkError::BadName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    // A local topic of another type under the import's pattern: its messages are refused, not
+    // the rest.
+    local.topic::<String>("orders.x.text").unwrap();
+    out.export::<u64>("orders.x.text", Mode::Core)
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = local
+        .subscribe_pattern("orders.*", move |topic: &str, n: &u64| {
+            let _ = tx.send((topic.to_string(), *n));
+            async {}
+        })
+        .unwrap();
+    inbound.import_pattern::<u64>("orders.>").await.unwrap();
+    assert!(matches!(
+        inbound.import_pattern::<u64>("orders.>").await,
+        Err(LinkError::AlreadyLinked { .. })
+    ));
+
+    remote.publish("orders.x.text", 0u64).await.unwrap();
+    remote.publish("orders.eu.paid", 1u64).await.unwrap();
+    remote.publish("billing", 2u64).await.unwrap();
+    for i in 0..10u64 {
+        remote.publish("orders.eu", 100 + i).await.unwrap();
+        remote.publish("orders.us", 200 + i).await.unwrap();
+    }
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        got.push(recv(&mut rx).await);
+    }
+    for region in ["eu", "us"] {
+        let topic = format!("orders.{region}");
+        let base = if region == "eu" { 100 } else { 200 };
+        let seen: Vec<u64> = got
+            .iter()
+            .filter(|(t, _)| *t == topic)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(seen, (base..base + 10).collect::<Vec<_>>(), "{topic}");
+    }
+    eventually("the other type's message refused", || {
+        inbound.stats().bad_input == 1
+    })
+    .await;
+    // orders.eu.paid was imported too (into a topic nobody here subscribes to).
+    eventually("every match imported", || inbound.stats().imported == 21).await;
+    assert!(inbound.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+    local.close().await;
+    remote.close().await;
+    // Nothing outside the pattern was imported.
+    assert!(rx.try_recv().is_err());
+    let topics: Vec<String> = local.stats().topics.into_iter().map(|t| t.name).collect();
+    assert!(topics.iter().any(|t| t == "orders.eu.paid"), "{topics:?}");
+    assert!(!topics.iter().any(|t| t == "billing"), "{topics:?}");
+}
