@@ -76,6 +76,20 @@ async fn a_pattern_follows_present_and_later_topics_in_order_per_topic() {
     let stats = sub.stats();
     assert_eq!((stats.handled, stats.lag, stats.running), (2 * N, 0, false));
     assert!(sub.is_finished());
+    // Each topic's follower goes by the pattern subscription's name.
+    for topic in bus
+        .stats()
+        .topics
+        .iter()
+        .filter(|t| t.name.starts_with("orders."))
+    {
+        let names: Vec<_> = topic.subscribers.iter().map(|s| s.name.as_str()).collect();
+        if topic.name == "orders.eu.paid" {
+            assert!(names.is_empty(), "{names:?}");
+        } else {
+            assert_eq!(names, [sub.name()], "{}", topic.name);
+        }
+    }
     drop(before);
 }
 
@@ -414,4 +428,116 @@ mod made_by_the_macro {
         assert_eq!(SUM.load(Ordering::Relaxed), 3);
         assert_eq!(sub.stats().handled, 2);
     }
+}
+
+/// A pattern subscription never unsubscribed leaves nothing behind once the bus is closed and
+/// dropped: every message is dropped (the bus's list and the pattern do not keep each other).
+#[tokio::test]
+async fn a_dropped_bus_drops_its_patterns_and_their_messages() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let bus = Bus::new();
+    let sub = bus
+        .subscribe_pattern("d.*", async |_: &str, _: &Counted| {})
+        .unwrap();
+    for topic in ["d.a", "d.b"] {
+        for _ in 0..5 {
+            bus.publish(topic, Counted).await.ok().unwrap();
+        }
+    }
+    drop(sub); // left running, as a dropped `Subscription` is
+    bus.close().await;
+    drop(bus);
+    assert_eq!(DROPPED.load(Ordering::Relaxed), 10);
+}
+
+/// Options a topic would refuse, or a topic that refuses another subscriber, refuse the whole
+/// subscription at once: nothing is followed, then or later.
+#[tokio::test]
+async fn a_pattern_that_cannot_follow_every_topic_is_refused_whole() {
+    let bus = Bus::builder().max_subscribers(1).build();
+    let dead = bus.topic::<ringbus::DeadLetter<String>>("dead").unwrap();
+    match bus.subscribe_pattern_with(
+        "r.*",
+        SubscribeOptions::new().dead_letter(&dead),
+        async |_: &str, _: &u64| {},
+    ) {
+        Err(Error::TypeMismatch(e)) => assert_eq!(&*e.topic, "dead"),
+        other => panic!("{other:?}"),
+    }
+    let _full = bus.subscribe("r.full", async |_: &u64| {}).unwrap();
+    bus.topic::<u64>("r.free").unwrap();
+    match bus.subscribe_pattern("r.*", async |_: &str, _: &u64| {}) {
+        Err(Error::TooManySubscribers { topic, max }) => {
+            assert_eq!((&*topic, max), ("r.full", 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    bus.topic::<u64>("r.later").unwrap();
+    // A follower started on r.free before r.full refused was cut at once: it ends without
+    // handling anything (a watchdog bounds the wait), and no later topic is followed.
+    let running = |name: &str| {
+        let stats = bus.stats();
+        let topic = stats.topics.iter().find(|t| t.name == name).unwrap();
+        topic.subscribers.iter().filter(|s| s.running).count()
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while running("r.free") > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the follower of a refused pattern kept running");
+    assert_eq!((running("r.full"), running("r.later")), (1, 0));
+    let stats = bus.stats();
+    let later = stats.topics.iter().find(|t| t.name == "r.later").unwrap();
+    assert!(later.subscribers.is_empty());
+}
+
+/// `unsubscribe` called from one of the pattern's own handlers returns at once, even while
+/// another of its topics' handlers is held: it waits for none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_a_pattern_from_its_own_handler_returns() {
+    use std::sync::Mutex;
+    let bus = Bus::new();
+    let gate = Gate::closed();
+    let own: Arc<Mutex<Option<Subscription>>> = Arc::default();
+    let (done, returned) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(Mutex::new(Some(done)));
+    let (held, slot) = (gate.clone(), own.clone());
+    let sub = bus
+        .subscribe_pattern("h.*", move |topic: &str, _: &u64| {
+            let (held, slot, done, held_topic) =
+                (held.clone(), slot.clone(), done.clone(), topic == "h.held");
+            async move {
+                if held_topic {
+                    held.pass().await;
+                    return;
+                }
+                let sub = slot.lock().unwrap().take();
+                if let Some(sub) = sub {
+                    sub.unsubscribe().await;
+                    if let Some(done) = done.lock().unwrap().take() {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        })
+        .unwrap();
+    *own.lock().unwrap() = Some(sub);
+    bus.publish("h.held", 1u64).await.unwrap();
+    bus.publish("h.leave", 1u64).await.unwrap();
+    // A watchdog: waiting for the held topic's task would never return.
+    tokio::time::timeout(std::time::Duration::from_secs(10), returned)
+        .await
+        .expect("unsubscribe from inside a handler waited for another topic's task")
+        .unwrap();
+    gate.open();
+    bus.close().await;
 }

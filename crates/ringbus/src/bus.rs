@@ -488,7 +488,8 @@ impl Bus {
     /// # Errors
     ///
     /// [`Error::TypeMismatch`] if the topic carries another type; [`Error::RingTooLarge`] if
-    /// it did not exist and its ring could not be allocated.
+    /// it did not exist and its ring could not be allocated; [`Error::PatternMismatch`] if it
+    /// did not exist and a subscribed pattern that matches its name takes another type.
     pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
         let inner = self.resolve_arc::<T>(name, None)?;
         Ok(Topic { inner })
@@ -510,7 +511,9 @@ impl Bus {
     ///
     /// Each gives the message back: [`PublishError::Closed`] once the bus is closing,
     /// [`PublishError::TypeMismatch`] if the topic carries another type,
-    /// [`PublishError::RingTooLarge`] if it did not exist and its ring could not be allocated.
+    /// [`PublishError::RingTooLarge`] if it did not exist and its ring could not be allocated,
+    /// [`PublishError::PatternMismatch`] if it did not exist and a subscribed pattern that
+    /// matches its name takes another type.
     ///
     /// # Cancel safety
     ///
@@ -714,6 +717,9 @@ impl Bus {
     /// [`Error::NoRuntime`] outside a tokio runtime,
     /// [`Error::TypeMismatch`],
     /// [`Error::RingTooLarge`] (a new topic whose ring could not be allocated),
+    /// [`Error::PatternMismatch`] (a new topic that a pattern of another type matches),
+    /// [`Error::Unsupported`] for a name with a `*` or `>` token (a pattern: see
+    /// [`subscribe_pattern`](Self::subscribe_pattern)),
     /// [`Error::Closed`].
     ///
     /// # Panics

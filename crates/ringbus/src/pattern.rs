@@ -18,7 +18,7 @@ use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, PatternMismatch};
 use crate::handler::TopicHandler;
@@ -132,7 +132,9 @@ pub(crate) fn follow_new(
     topic: &Arc<dyn Any + Send + Sync>,
 ) {
     for p in patterns.iter().filter(|p| p.shared().pattern.matches(name)) {
-        p.follow(topic);
+        if let Err(error) = p.follow(topic) {
+            tracing::error!(pattern = %p.shared().pattern.text(), topic = %name, %error, "ringbus pattern could not follow a new topic");
+        }
     }
 }
 
@@ -142,8 +144,9 @@ pub(crate) trait AnyPattern: Send + Sync + 'static {
     /// Whether `topic` (an `Arc<TopicInner<_>>`) carries this pattern's message type.
     fn carries(&self, topic: &Arc<dyn Any + Send + Sync>) -> bool;
     fn mismatch(&self, topic: &str, topic_type: &'static str) -> PatternMismatch;
-    /// Starts a follower on `topic`, which carries this pattern's type.
-    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>);
+    /// Starts a follower on `topic`, which carries this pattern's type; `Ok` as well when the
+    /// bus is closing (nothing will be published to the topic).
+    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) -> Result<(), Error>;
 }
 
 /// A follower, as `stats` reads it: its shared state and its topic.
@@ -160,7 +163,9 @@ pub(crate) struct PatternShared {
     members: Mutex<Vec<Member>>,
     /// Set by `unsubscribe`: no topic is followed from then on.
     left: AtomicBool,
-    patterns: Arc<Patterns>,
+    /// The bus's list, which holds this pattern: weak, or the two would keep each other (and
+    /// the handler, its followers and their topics) alive after the bus is dropped.
+    patterns: Weak<Patterns>,
     bus: Arc<BusState>,
 }
 
@@ -213,7 +218,17 @@ impl Followers for PatternShared {
     }
 
     fn leave(&self) -> Vec<Subscription> {
-        self.patterns.remove(self.id);
+        if let Some(patterns) = self.patterns.upgrade() {
+            patterns.remove(self.id);
+        }
+        self.stop()
+    }
+}
+
+impl PatternShared {
+    /// Follows nothing more and cuts every follower; the caller took the pattern out of the
+    /// list (or never put it in).
+    fn stop(&self) -> Vec<Subscription> {
         self.left.store(true, Ordering::Release);
         let followers = std::mem::take(&mut *lock(&self.followers));
         for f in &followers {
@@ -257,9 +272,11 @@ impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, 
         }
     }
 
-    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) {
+    fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) -> Result<(), Error> {
         let Ok(topic) = topic.clone().downcast::<TopicInner<T>>() else {
-            return; // `check` refused the topic first.
+            // Every caller checks `carries` first (`check`, `subscribe`).
+            debug_assert!(false, "a pattern asked to follow a topic of another type");
+            return Ok(());
         };
         let handler = OnTopic {
             topic: topic.name.clone(),
@@ -269,19 +286,23 @@ impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, 
         // A topic may be made where no runtime is reachable (or on another runtime): the
         // follower runs where the pattern subscribed.
         let _runtime = self.runtime.enter();
-        match crate::subscriber::subscribe(&topic, self.options.clone(), handler) {
+        // Named after the pattern's subscription (unless the options name it), so that its
+        // logs and each topic's stats say whose follower it is.
+        let mut options = self.options.clone();
+        options
+            .name
+            .get_or_insert_with(|| self.shared.name.to_string());
+        match crate::subscriber::subscribe(&topic, options, handler) {
             Ok(sub) => {
                 tracing::debug!(pattern = %self.shared.pattern.text(), topic = %topic.name, "ringbus pattern follows a topic");
                 if let Some(shared) = sub.shared() {
                     lock(&self.shared.members).push((shared.clone(), topic.clone()));
                 }
                 lock(&self.shared.followers).push(sub);
+                Ok(())
             }
-            // The bus is closing: nothing will be published to the topic.
-            Err(Error::Closed) => {}
-            Err(error) => {
-                tracing::error!(pattern = %self.shared.pattern.text(), topic = %topic.name, %error, "ringbus pattern could not follow a topic");
-            }
+            Err(Error::Closed) => Ok(()),
+            Err(error) => Err(error),
         }
     }
 }
@@ -329,6 +350,9 @@ where
         ));
     }
     crate::subscriber::runnable(bus, &options)?;
+    // The options' errors (a dead-letter topic of another type) refuse the subscription here,
+    // as they refuse a named one, rather than each topic's follower.
+    crate::retry::prepare::<T>(&mut options.clone())?;
     if bus.refuses() {
         return Err(Error::Closed);
     }
@@ -344,7 +368,7 @@ where
         followers: Mutex::new(Vec::new()),
         members: Mutex::new(Vec::new()),
         left: AtomicBool::new(false),
-        patterns: patterns.clone(),
+        patterns: Arc::downgrade(patterns),
         bus: bus.clone(),
     });
     let sub: Arc<dyn AnyPattern> = Arc::new(PatternSub::<T, H> {
@@ -365,10 +389,15 @@ where
             return Err(Error::PatternMismatch(sub.mismatch(name, topic_type)));
         }
     }
-    list.push(sub.clone());
+    // All or nothing here too: a topic that refuses a follower (too many subscribers) refuses
+    // the subscription, and the followers already started are cut (they hold nothing yet).
     for (_, topic, _) in &matching {
-        sub.follow(topic);
+        if let Err(error) = sub.follow(topic) {
+            drop(shared.stop());
+            return Err(error);
+        }
     }
+    list.push(sub.clone());
     drop(list);
     tracing::debug!(pattern = %shared.pattern.text(), subscriber = %shared.name, topics = matching.len(), "ringbus pattern subscribed");
     Ok(Subscription::pattern(shared))

@@ -334,7 +334,7 @@ impl Subscription {
     ///
     /// Called from inside this subscriber's own handler, it makes the request and returns
     /// without waiting for that handler's task (which cannot end while it runs the handler
-    /// that waits).
+    /// that waits); for a pattern, without waiting for any of its topics' tasks.
     pub async fn unsubscribe(self) {
         match self.0 {
             Kind::Topic { sub, topic, task } => {
@@ -342,7 +342,18 @@ impl Subscription {
                 join(&sub, task).await;
             }
             Kind::Pattern(p) => {
-                for follower in p.leave() {
+                let followers = p.leave();
+                // From inside one of its own handlers: waiting for the other followers could
+                // wait for one that waits for room this handler's topic makes.
+                let inside = current().is_some_and(|current| {
+                    followers
+                        .iter()
+                        .any(|f| f.shared().is_some_and(|s| s.id == current.id))
+                });
+                if inside {
+                    return;
+                }
+                for follower in followers {
                     if let Kind::Topic { sub, task, .. } = follower.0 {
                         join(&sub, task).await;
                     }
