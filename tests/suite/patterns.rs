@@ -368,15 +368,27 @@ async fn unsubscribe_cuts_every_topic_and_stops_following() {
     );
 }
 
-/// A name with a wildcard token is refused by `subscribe` (it is a pattern), and a malformed
-/// pattern says what is wrong.
+/// A name with a wildcard token is never made into a topic (it is a pattern): `subscribe`,
+/// `topic` and `publish` refuse it, the last with the message back. A malformed pattern says
+/// what is wrong.
 #[tokio::test]
 async fn patterns_and_names_are_not_mixed_up() {
     let bus = Bus::new();
     match bus.subscribe("orders.*", async |_: &u64| {}) {
-        Err(Error::Unsupported(why)) => assert!(why.contains("subscribe_pattern"), "{why}"),
+        Err(Error::WildcardTopic(name)) => assert_eq!(&*name, "orders.*"),
         other => panic!("{other:?}"),
     }
+    assert!(matches!(
+        bus.topic::<u64>("orders.>"),
+        Err(Error::WildcardTopic(_))
+    ));
+    match bus.publish("orders.*", 7u64).await {
+        Err(e @ PublishError::WildcardTopic(7, _)) => {
+            assert!(e.to_string().contains("subscribe_pattern"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(bus.stats().topics.is_empty());
     match bus.subscribe_pattern("orders.>.paid", async |_: &str, _: &u64| {}) {
         Err(Error::InvalidPattern { pattern, reason }) => {
             assert_eq!(&*pattern, "orders.>.paid");

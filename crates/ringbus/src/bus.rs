@@ -426,12 +426,6 @@ impl Bus {
         options: &SubscribeOptions,
     ) -> Result<Arc<TopicInner<T>>, Error> {
         subscriber::runnable(&self.inner.state, options)?;
-        if pattern::is_pattern(topic) {
-            return Err(Error::Unsupported(
-                "a topic name with a `*` or `>` token is a pattern: subscribe to it with \
-                 `subscribe_pattern`",
-            ));
-        }
         Ok(self.resolve_arc::<T>(topic, options.capacity)?)
     }
 
@@ -445,6 +439,9 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<&Entry, Unresolved> {
+        if pattern::is_pattern(name) {
+            return Err(Unresolved::WildcardTopic(name.into()));
+        }
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
         let patterns = self.inner.patterns.read();
         let entry = self.inner.topics.get_or_try_insert_with(name, || {
@@ -489,7 +486,8 @@ impl Bus {
     ///
     /// [`Error::TypeMismatch`] if the topic carries another type; [`Error::RingTooLarge`] if
     /// it did not exist and its ring could not be allocated; [`Error::PatternMismatch`] if it
-    /// did not exist and a subscribed pattern that matches its name takes another type.
+    /// did not exist and a subscribed pattern that matches its name takes another type;
+    /// [`Error::WildcardTopic`] if the name has a `*` or `>` token.
     pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
         let inner = self.resolve_arc::<T>(name, None)?;
         Ok(Topic { inner })
@@ -513,7 +511,8 @@ impl Bus {
     /// [`PublishError::TypeMismatch`] if the topic carries another type,
     /// [`PublishError::RingTooLarge`] if it did not exist and its ring could not be allocated,
     /// [`PublishError::PatternMismatch`] if it did not exist and a subscribed pattern that
-    /// matches its name takes another type.
+    /// matches its name takes another type, [`PublishError::WildcardTopic`] if the name has a
+    /// `*` or `>` token.
     ///
     /// # Cancel safety
     ///
@@ -718,7 +717,7 @@ impl Bus {
     /// [`Error::TypeMismatch`],
     /// [`Error::RingTooLarge`] (a new topic whose ring could not be allocated),
     /// [`Error::PatternMismatch`] (a new topic that a pattern of another type matches),
-    /// [`Error::Unsupported`] for a name with a `*` or `>` token (a pattern: see
+    /// [`Error::WildcardTopic`] for a name with a `*` or `>` token (a pattern: see
     /// [`subscribe_pattern`](Self::subscribe_pattern)),
     /// [`Error::Closed`].
     ///

@@ -34,6 +34,10 @@ pub enum PublishError<T> {
     /// another message type: nothing was made. Boxed: a rare error, kept from growing every
     /// publish's result.
     PatternMismatch(T, Box<PatternMismatch>),
+    /// The topic name (the second field) has a `*` or `>` token: it is a pattern, and a topic
+    /// is never made with it. Publish to each topic by its own name; subscribe to a family
+    /// with [`subscribe_pattern`](crate::Bus::subscribe_pattern).
+    WildcardTopic(T, Arc<str>),
     /// The publish's [`Context`](crate::Context) has a deadline, and no tokio runtime is
     /// reachable here to time it (a plain thread, another executor): deadlines run on tokio's
     /// time driver. Publish without the deadline, or from inside a runtime.
@@ -51,6 +55,7 @@ impl<T> PublishError<T> {
             | PublishError::TypeMismatch(m, _)
             | PublishError::RingTooLarge(m, _)
             | PublishError::PatternMismatch(m, _)
+            | PublishError::WildcardTopic(m, _)
             | PublishError::NoRuntime(m) => m,
         }
     }
@@ -65,6 +70,7 @@ impl<T> PublishError<T> {
             | PublishError::TypeMismatch(m, _)
             | PublishError::RingTooLarge(m, _)
             | PublishError::PatternMismatch(m, _)
+            | PublishError::WildcardTopic(m, _)
             | PublishError::NoRuntime(m) => m,
         }
     }
@@ -79,6 +85,7 @@ impl<T> PublishError<T> {
             PublishError::NoSubscriber(m, topic) => PublishError::NoSubscriber(f(m), topic),
             PublishError::RingTooLarge(m, e) => PublishError::RingTooLarge(f(m), e),
             PublishError::PatternMismatch(m, e) => PublishError::PatternMismatch(f(m), e),
+            PublishError::WildcardTopic(m, name) => PublishError::WildcardTopic(f(m), name),
             PublishError::NoRuntime(m) => PublishError::NoRuntime(f(m)),
         }
     }
@@ -109,6 +116,11 @@ impl<T> fmt::Debug for PublishError<T> {
                 .debug_tuple("PatternMismatch")
                 .field(&Elided)
                 .field(e)
+                .finish(),
+            PublishError::WildcardTopic(_, name) => f
+                .debug_tuple("WildcardTopic")
+                .field(&Elided)
+                .field(&&**name)
                 .finish(),
             PublishError::NoRuntime(_) => f.debug_tuple("NoRuntime").field(&Elided).finish(),
         })
@@ -160,6 +172,7 @@ impl<T> fmt::Display for PublishError<T> {
             ),
             PublishError::RingTooLarge(_, e) => e.fmt(f),
             PublishError::PatternMismatch(_, e) => e.fmt(f),
+            PublishError::WildcardTopic(_, name) => wildcard_topic(f, name),
             PublishError::NoRuntime(_) => f.write_str(
                 "no tokio runtime is reachable to time the publish's deadline; the message was \
                  not published",
@@ -344,6 +357,15 @@ impl fmt::Display for PatternMismatch {
 
 impl std::error::Error for PatternMismatch {}
 
+/// What [`Error::WildcardTopic`] and [`PublishError::WildcardTopic`] say.
+fn wildcard_topic(f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
+    write!(
+        f,
+        "\"{name}\" has a `*` or `>` token: it is a pattern, not a topic name (publish to each \
+         topic by its own name; subscribe to the family with `subscribe_pattern`)"
+    )
+}
+
 /// A topic's ring could not be allocated: its capacity times the size of its message type is
 /// more memory than the process can have. Nothing was made: the topic does not exist, and the
 /// next publish or subscribe naming it tries again.
@@ -487,6 +509,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A topic name with a `*` or `>` token: a pattern, never made into a topic (see
+    /// [`PublishError::WildcardTopic`]).
+    WildcardTopic(Arc<str>),
 }
 
 impl fmt::Display for Error {
@@ -532,6 +557,7 @@ impl fmt::Display for Error {
             Error::InvalidPattern { pattern, reason } => {
                 write!(f, "\"{pattern}\" is not a topic pattern: {reason}")
             }
+            Error::WildcardTopic(name) => wildcard_topic(f, name),
         }
     }
 }
@@ -579,6 +605,7 @@ impl fmt::Debug for Error {
                 .field("pattern", &&**pattern)
                 .field("reason", reason)
                 .finish(),
+            Error::WildcardTopic(name) => f.debug_tuple("WildcardTopic").field(&&**name).finish(),
         })
     }
 }
@@ -595,6 +622,7 @@ impl<T> From<PublishError<T>> for Error {
             PublishError::NoSubscriber(_, topic) => Error::NoSubscriber { topic },
             PublishError::RingTooLarge(_, e) => Error::RingTooLarge(e),
             PublishError::PatternMismatch(_, e) => Error::PatternMismatch(*e),
+            PublishError::WildcardTopic(_, name) => Error::WildcardTopic(name),
             PublishError::NoRuntime(_) => Error::NoRuntime,
         }
     }
@@ -607,6 +635,7 @@ pub(crate) enum Unresolved {
     TypeMismatch(TypeMismatch),
     RingTooLarge(RingTooLarge),
     PatternMismatch(Box<PatternMismatch>),
+    WildcardTopic(Arc<str>),
 }
 
 impl Unresolved {
@@ -616,6 +645,7 @@ impl Unresolved {
             Unresolved::TypeMismatch(e) => PublishError::TypeMismatch(msg, e),
             Unresolved::RingTooLarge(e) => PublishError::RingTooLarge(msg, e),
             Unresolved::PatternMismatch(e) => PublishError::PatternMismatch(msg, e),
+            Unresolved::WildcardTopic(name) => PublishError::WildcardTopic(msg, name),
         }
     }
 }
@@ -644,6 +674,7 @@ impl From<Unresolved> for Error {
             Unresolved::TypeMismatch(e) => Error::TypeMismatch(e),
             Unresolved::RingTooLarge(e) => Error::RingTooLarge(e),
             Unresolved::PatternMismatch(e) => Error::PatternMismatch(*e),
+            Unresolved::WildcardTopic(name) => Error::WildcardTopic(name),
         }
     }
 }
