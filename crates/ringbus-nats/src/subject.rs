@@ -32,37 +32,22 @@ pub(crate) fn check(s: &str, what: &'static str) -> Result<(), LinkError> {
     Ok(())
 }
 
-/// Checks that `s` is a topic pattern a NATS subscription takes: dot-separated tokens, none
-/// empty, `*` one token and `>` (last only) the rest, no other wildcard characters, no
-/// whitespace or control characters.
+/// Checks that `s` is a topic pattern ([`ringbus::Pattern`]) a NATS subscription takes: also no
+/// whitespace or control characters, and at most 256 bytes.
 pub(crate) fn check_pattern(s: &str) -> Result<(), LinkError> {
     let bad = |reason: &'static str| LinkError::BadName {
         what: "topic pattern",
         name: s.escape_debug().to_string(),
         reason,
     };
-    if s.is_empty() {
-        return Err(bad("it is empty"));
+    if let Err(ringbus::Error::InvalidPattern { reason, .. }) = ringbus::Pattern::parse(s) {
+        return Err(bad(reason));
     }
     if s.len() > 256 {
         return Err(bad("it is longer than 256 bytes"));
     }
-    let tokens: Vec<&str> = s.split('.').collect();
-    for (i, token) in tokens.iter().enumerate() {
-        if token.is_empty() {
-            return Err(bad(
-                "it has an empty token (a leading, trailing or double '.')",
-            ));
-        }
-        if *token == ">" && i + 1 != tokens.len() {
-            return Err(bad("'>' is the last token"));
-        }
-        if *token != "*" && *token != ">" && token.contains(['*', '>']) {
-            return Err(bad("a wildcard ('*', '>') is a whole token"));
-        }
-        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("it contains whitespace or a control character"));
-        }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("it contains whitespace or a control character"));
     }
     Ok(())
 }
@@ -76,16 +61,7 @@ pub(crate) fn subject(prefix: &str, topic: &str) -> Result<String, LinkError> {
 /// Whether `filter` (a stream's subject, which may hold wildcards: `*` one token, `>` the
 /// rest) matches the plain subject `subject`.
 pub(crate) fn covers(filter: &str, subject: &str) -> bool {
-    let mut tokens = subject.split('.');
-    for part in filter.split('.') {
-        match (part, tokens.next()) {
-            (">", Some(_)) => return true,
-            ("*", Some(_)) => {}
-            (part, Some(token)) if part == token => {}
-            _ => return false,
-        }
-    }
-    tokens.next().is_none()
+    ringbus::Pattern::parse(filter).is_ok_and(|p| p.matches(subject))
 }
 
 /// A name usable as a JetStream stream or consumer name: letters, digits, '-' and '_'.

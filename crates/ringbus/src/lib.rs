@@ -148,6 +148,7 @@ pub use handler::{
     HandlerOutput, StateHandlerFn, TopicHandler, TopicHandlerFn, WithState,
 };
 pub use options::{DeadLetter, RetryPolicy, SubscribeOptions};
+pub use pattern::Pattern;
 pub use reply::{Replier, ReplyFn, ReplyOutput, Request, Responder};
 pub use ringbus_core as ring;
 #[cfg(feature = "macros")]

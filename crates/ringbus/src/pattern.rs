@@ -28,15 +28,37 @@ use crate::stats::SubscriberStats;
 use crate::subscriber::{Followers, Subscription};
 use crate::topic::{AnyTopic, TopicInner};
 
-/// A parsed pattern: its text, and whether it ends in `>`.
-#[derive(Clone, Debug)]
-pub(crate) struct Pattern {
+/// A topic pattern: NATS-style tokens split on `.`, `*` standing for one token and `>` (last
+/// only) for every token left, at least one.
+///
+/// [`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern) parses its pattern with this;
+/// links use it to check and match theirs the same way.
+///
+/// ```
+/// use ringbus::Pattern;
+///
+/// let p = Pattern::parse("orders.*.paid")?;
+/// assert!(p.matches("orders.eu.paid"));
+/// assert!(!p.matches("orders.eu.paid.late"));
+/// assert!(Pattern::parse("orders.>")?.matches("orders.eu.paid.late"));
+/// assert!(!Pattern::parse("orders.>")?.matches("orders"));
+/// assert!(Pattern::parse("orders.>.paid").is_err());
+/// # Ok::<(), ringbus::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pattern {
     text: Arc<str>,
 }
 
 impl Pattern {
-    /// Parses `text`, or says why it is not a pattern.
-    pub(crate) fn parse(text: &str) -> Result<Self, Error> {
+    /// Parses `text`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPattern`], with the reason, if `text` is empty, has an empty token (a
+    /// leading, trailing or double `.`), a wildcard character inside a longer token, or a `>`
+    /// before the last token.
+    pub fn parse(text: &str) -> Result<Self, Error> {
         let invalid = |reason| Error::InvalidPattern {
             pattern: text.into(),
             reason,
@@ -44,17 +66,17 @@ impl Pattern {
         if text.is_empty() {
             return Err(invalid("a pattern has at least one token"));
         }
-        let tokens: Vec<&str> = text.split('.').collect();
-        for (i, token) in tokens.iter().enumerate() {
+        let mut tokens = text.split('.').peekable();
+        while let Some(token) = tokens.next() {
             if token.is_empty() {
                 return Err(invalid(
                     "tokens are not empty (no leading, trailing or double `.`)",
                 ));
             }
-            if *token != "*" && *token != ">" && token.contains(['*', '>']) {
+            if token != "*" && token != ">" && token.contains(['*', '>']) {
                 return Err(invalid("a wildcard (`*` or `>`) is a whole token"));
             }
-            if *token == ">" && i + 1 != tokens.len() {
+            if token == ">" && tokens.peek().is_some() {
                 return Err(invalid("`>` is the last token"));
             }
         }
@@ -62,13 +84,13 @@ impl Pattern {
     }
 
     /// The pattern as written.
-    pub(crate) fn text(&self) -> &Arc<str> {
+    pub fn as_str(&self) -> &str {
         &self.text
     }
 
     /// Whether the topic `name` matches: token by token, `*` taking any one token and `>`
     /// every token left (at least one).
-    pub(crate) fn matches(&self, name: &str) -> bool {
+    pub fn matches(&self, name: &str) -> bool {
         let mut names = name.split('.');
         for token in self.text.split('.') {
             match (token, names.next()) {
@@ -79,6 +101,25 @@ impl Pattern {
             }
         }
         names.next().is_none()
+    }
+
+    /// The pattern as written, shared.
+    pub(crate) fn text(&self) -> &Arc<str> {
+        &self.text
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Error> {
+        Self::parse(text)
     }
 }
 
