@@ -557,6 +557,12 @@ BUGS = [
      "                );\n"
      "                break;\n",
      plain("nats", "link::a_pattern_import_brings_every_matching_topic_in")),
+    ("bus pattern: a follower hands its handler a fresh copy of the topic's name",
+     BUS + "pattern.rs",
+     "        self.handler.call(&self.topic, msg)\n",
+     "        let topic: &'a str = String::leak(self.topic.to_string());\n"
+     "        self.handler.call(topic, msg)\n",
+     plain("alloc_bus", "a_pattern_subscribers_deliveries_allocate_nothing")),
     ("bus pattern: the bus's list and a pattern keep each other alive",
      BUS + "pattern.rs",
      "    list.push(sub.clone());\n",

@@ -389,3 +389,45 @@ fn retries_allocate_nothing() {
         bus.close().await;
     });
 }
+
+/// A pattern subscriber's deliveries, on two matched topics, allocate nothing either: each
+/// follower hands its handler the topic's name it already holds.
+#[test]
+fn a_pattern_subscribers_deliveries_allocate_nothing() {
+    const N: u64 = 10_000;
+    let runtime = current_thread();
+    runtime.block_on(async {
+        let bus = Bus::builder().capacity(64).build();
+        let deliveries = Deliveries::new();
+        let d = deliveries.clone();
+        let sub = bus
+            .subscribe_pattern("ticks.*", move |topic: &str, _: &u64| {
+                assert!(topic == "ticks.a" || topic == "ticks.b", "{topic}");
+                let n = d.handled.fetch_add(1, SeqCst) + 1;
+                if n == d.target.load(SeqCst) {
+                    d.reached.notify_one();
+                }
+                async {}
+            })
+            .unwrap();
+        let (a, b) = (
+            bus.topic::<u64>("ticks.a").unwrap(),
+            bus.topic::<u64>("ticks.b").unwrap(),
+        );
+        let round = || async {
+            let goal = deliveries.handled.load(SeqCst) + 2 * N;
+            for i in 0..N {
+                a.publish(i).await.unwrap();
+                bus.publish("ticks.b", i).await.unwrap();
+            }
+            deliveries.wait_for(goal).await;
+        };
+        round().await; // warm-up
+        let ((), window) = counted(round()).await;
+        println!("{} pattern deliveries: {window:?}", 2 * N);
+        assert_eq!(window.allocations, 0, "{window:?}");
+        assert_eq!(sub.stats().handled, 4 * N);
+        drop(b);
+        bus.close().await;
+    });
+}

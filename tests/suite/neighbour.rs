@@ -171,6 +171,21 @@ fn a_subscriber_that_always_finds_a_message_lets_its_neighbours_run() {
 }
 
 #[test]
+fn a_pattern_subscriber_lets_its_neighbours_run() {
+    let at = subscriber_neighbour_sees(|bus, handled| {
+        bus.subscribe_pattern("*", move |_: &str, _: &u64| {
+            handled.fetch_add(1, SeqCst);
+            std::future::ready(())
+        })
+        .unwrap();
+    });
+    assert!(
+        (1..=MOST_BETWEEN_YIELDS).contains(&at),
+        "the neighbour ran after the pattern subscriber handled {at} of {MESSAGES}"
+    );
+}
+
+#[test]
 fn a_batch_subscriber_lets_its_neighbours_run() {
     let at = subscriber_neighbour_sees(|bus, handled| {
         bus.subscribe_batch("t", SubscribeOptions::new(), move |b: Batch<'_, u64>| {

@@ -553,3 +553,50 @@ async fn unsubscribing_a_pattern_from_its_own_handler_returns() {
     gate.open();
     bus.close().await;
 }
+
+/// Guarantee 4 for a pattern subscriber: a slow follower holds its topic's publishers (and
+/// only its topic's), `try_publish` says `Full` at once, and room wakes the waiting publish.
+#[tokio::test]
+async fn a_slow_pattern_subscriber_holds_its_topics_publishers() {
+    let bus = Bus::builder().capacity(4).build();
+    let gate = Gate::closed();
+    let (tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let passes = gate.clone();
+    let _slow = bus
+        .subscribe_pattern("jobs.*", move |topic: &str, m: &u64| {
+            let _ = tx.send((topic.to_string(), *m));
+            let gate = (topic == "jobs.a").then(|| passes.clone());
+            async move {
+                if let Some(gate) = gate {
+                    gate.pass().await;
+                }
+            }
+        })
+        .unwrap();
+    for m in 0..4u64 {
+        bus.try_publish("jobs.a", m).unwrap();
+    }
+    assert_eq!(entered.recv().await, Some(("jobs.a".to_string(), 0)));
+    match bus.try_publish("jobs.a", 4u64) {
+        Err(PublishError::Full(4)) => {}
+        other => panic!("expected Full(4), got {other:?}"),
+    }
+    let mut publish = task::spawn(bus.publish("jobs.a", 4u64));
+    assert_pending!(publish.poll());
+    // Another topic of the pattern has its own ring and follower: not held by this one.
+    bus.try_publish("jobs.b", 0u64).unwrap();
+    assert_eq!(entered.recv().await, Some(("jobs.b".to_string(), 0)));
+
+    gate.release(1);
+    assert_eq!(entered.recv().await, Some(("jobs.a".to_string(), 1)));
+    assert!(publish.is_woken(), "room did not wake the waiting publish");
+    assert!(matches!(publish.poll(), std::task::Poll::Ready(Ok(()))));
+    gate.open();
+    bus.close().await;
+    let mut rest = Vec::new();
+    while let Ok(seen) = entered.try_recv() {
+        rest.push(seen);
+    }
+    let a = |m: u64| ("jobs.a".to_string(), m);
+    assert_eq!(rest, [a(2), a(3), a(4)]);
+}
