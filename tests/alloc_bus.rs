@@ -103,6 +103,13 @@ impl Deliveries {
         })
     }
 
+    /// Counts one delivery, waking `wait_for` if it reached the target.
+    fn handled_one(&self) {
+        if self.handled.fetch_add(1, SeqCst) + 1 == self.target.load(SeqCst) {
+            self.reached.notify_one();
+        }
+    }
+
     async fn wait_for(&self, target: u64) {
         self.target.store(target, SeqCst);
         while self.handled.load(SeqCst) < target {
@@ -141,10 +148,7 @@ fn steady_state_publish_and_delivery_allocate_nothing() {
         let d = deliveries.clone();
         let sub = bus
             .subscribe("ticks", move |_: &u64| {
-                let n = d.handled.fetch_add(1, SeqCst) + 1;
-                if n == d.target.load(SeqCst) {
-                    d.reached.notify_one();
-                }
+                d.handled_one();
                 async {}
             })
             .unwrap();
@@ -361,10 +365,7 @@ fn retries_allocate_nothing() {
             .subscribe_with("ticks", options, move |_: &u64| {
                 // Fails every first call, succeeds on the retry.
                 let result = if failed.fetch_xor(true, SeqCst) {
-                    let n = d.handled.fetch_add(1, SeqCst) + 1;
-                    if n == d.target.load(SeqCst) {
-                        d.reached.notify_one();
-                    }
+                    d.handled_one();
                     Ok(())
                 } else {
                     Err(NotYet)
@@ -403,10 +404,7 @@ fn a_pattern_subscribers_deliveries_allocate_nothing() {
         let sub = bus
             .subscribe_pattern("ticks.*", move |topic: &str, _: &u64| {
                 assert!(topic == "ticks.a" || topic == "ticks.b", "{topic}");
-                let n = d.handled.fetch_add(1, SeqCst) + 1;
-                if n == d.target.load(SeqCst) {
-                    d.reached.notify_one();
-                }
+                d.handled_one();
                 async {}
             })
             .unwrap();
