@@ -118,7 +118,8 @@ struct Client {
 }
 
 struct Sub {
-    subject: String,
+    /// The subscription's subject, wildcards and all.
+    filter: ringbus::Pattern,
     queue: Option<String>,
     /// `UNSUB sid max`: removed once `delivered` reaches it.
     max: Option<u64>,
@@ -293,11 +294,18 @@ fn serve(stream: TcpStream, id: u64, addr: SocketAddr, shared: &Shared) -> io::R
             "PING" => lock(&writer).write_all(b"PONG\r\n")?,
             "PONG" | "" => {}
             "CONNECT" => connect(shared, id, text),
-            "SUB" => match args.as_slice() {
-                [subject, sid] => subscribe(shared, id, subject, None, sid),
-                [subject, queue, sid] => subscribe(shared, id, subject, Some(queue), sid),
-                _ => return refuse(&writer, "Invalid Subscription"),
-            },
+            "SUB" => {
+                let (subject, queue, sid) = match args.as_slice() {
+                    [subject, sid] => (subject, None, sid),
+                    [subject, queue, sid] => (subject, Some(queue), sid),
+                    _ => return refuse(&writer, "Invalid Subscription"),
+                };
+                match ringbus::Pattern::parse(subject) {
+                    Ok(filter) => subscribe(shared, id, filter, queue, sid),
+                    // As nats-server: an error, the connection kept.
+                    Err(_) => lock(&writer).write_all(b"-ERR 'Invalid Subject'\r\n")?,
+                }
+            }
             "UNSUB" => match args.as_slice() {
                 [sid] => unsubscribe(shared, id, sid, None),
                 [sid, max] => match max.parse() {
@@ -344,12 +352,12 @@ fn connect(shared: &Shared, id: u64, line: &str) {
     }
 }
 
-fn subscribe(shared: &Shared, id: u64, subject: &str, queue: Option<&&str>, sid: &str) {
+fn subscribe(shared: &Shared, id: u64, filter: ringbus::Pattern, queue: Option<&&str>, sid: &str) {
     if let Some(client) = shared.state().clients.get_mut(&id) {
         client.subs.insert(
             sid.to_string(),
             Sub {
-                subject: subject.to_string(),
+                filter,
                 queue: queue.map(|q| q.to_string()),
                 max: None,
                 delivered: 0,
@@ -397,7 +405,7 @@ impl Publish {
             (true, [s, r, h, n]) => (s, Some(r), number(h)?, number(n)?),
             _ => return None,
         };
-        if header_len > total || !valid_subject(subject, false) {
+        if header_len > total || !publishable(subject) {
             return None;
         }
         Some(Self {
@@ -409,28 +417,12 @@ impl Publish {
     }
 }
 
-/// A subject a client may publish to (no wildcards) or subscribe to (`wildcards`).
-fn valid_subject(subject: &str, wildcards: bool) -> bool {
+/// A subject a client may publish to: tokens, none empty, no wildcard.
+fn publishable(subject: &str) -> bool {
     !subject.is_empty()
         && subject
             .split('.')
-            .all(|t| !t.is_empty() && (wildcards || (t != "*" && t != ">")))
-}
-
-/// Whether subscription `pattern` matches `subject`.
-fn matches(pattern: &str, subject: &str) -> bool {
-    let mut tokens = subject.split('.');
-    let mut patterns = pattern.split('.').peekable();
-    while let Some(p) = patterns.next() {
-        if p == ">" && patterns.peek().is_none() {
-            return tokens.next().is_some();
-        }
-        match tokens.next() {
-            Some(t) if p == "*" || p == t => {}
-            _ => return false,
-        }
-    }
-    tokens.next().is_none()
+            .all(|t| !t.is_empty() && t != "*" && t != ">")
 }
 
 /// The JetStream API's answer: an error that says there is no JetStream here.
@@ -451,7 +443,7 @@ fn route(shared: &Shared, from: u64, publish: &Publish, body: &[u8]) -> Vec<Outg
             continue;
         }
         for (sid, sub) in &client.subs {
-            if !matches(&sub.subject, &publish.subject) {
+            if !sub.filter.matches(&publish.subject) {
                 continue;
             }
             match &sub.queue {
@@ -513,7 +505,7 @@ fn answer_to(
         .get(&to)?
         .subs
         .iter()
-        .find(|(_, sub)| matches(&sub.subject, &publish.subject))
+        .find(|(_, sub)| sub.filter.matches(&publish.subject))
         .map(|(sid, _)| sid.clone())?;
     deliver(clients, to, &sid, publish, body)
 }
@@ -552,22 +544,4 @@ fn deliver(
         writer: client.writer.clone(),
         frame,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::matches;
-
-    #[test]
-    fn wildcards_match_as_nats_does() {
-        assert!(matches("a.b", "a.b"));
-        assert!(!matches("a.b", "a.b.c"));
-        assert!(!matches("a.b.c", "a.b"));
-        assert!(matches("a.*", "a.b"));
-        assert!(!matches("a.*", "a.b.c"));
-        assert!(matches("a.>", "a.b.c"));
-        assert!(!matches("a.>", "a"));
-        assert!(matches("_INBOX.x.*", "_INBOX.x.7"));
-        assert!(matches("*.b.>", "a.b.c.d"));
-    }
 }
