@@ -269,6 +269,19 @@ BUGS = [
      "                reader.consumer = None;\n",
      "",
      plain("links", "cases::still_linked_after_the_connections_drop")),
+    ("rabbitmq pattern import: `>` is bound as AMQP's `#` (which matches no token too)",
+     RABBIT + "import.rs",
+     '        .map(|token| if token == ">" { "*.#" } else { token })\n',
+     '        .map(|token| if token == ">" { "#" } else { token })\n',
+     plain("link", "a_pattern_import_brings_every_matching_topic_in")),
+    ("links pattern import: a message its topic refuses stops the import",
+     LINK + "import.rs",
+     "        Ok(msg) => local.topic(inbound, &message).map(|local| (msg, local)),\n",
+     "        Ok(msg) => match local.topic(inbound, &message) {\n"
+     "            Ok(local) => Ok((msg, local)),\n"
+     "            Err(_) => return HandedOver::BusClosed,\n"
+     "        },\n",
+     plain("link", "a_pattern_import_brings_every_matching_topic_in")),
     ("rabbitmq import: a redelivery counts as a first delivery",
      RABBIT + "import.rs",
      "        if earlier > 0 || !delivery.redelivered {\n",

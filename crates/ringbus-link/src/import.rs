@@ -31,7 +31,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ringbus::{Context, Delivery, PublishError, Topic};
+use ringbus::{Bus, Context, Delivery, PublishError, Topic};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -125,6 +125,12 @@ pub trait Inbound: Send + Sync + Sized + 'static {
         let _ = message;
         None
     }
+    /// The local topic the message names, for an import into [`Destination::Named`]: the broker
+    /// delivers a pattern import's messages of every matching topic.
+    fn topic_of<'m>(&self, message: &'m Self::Message) -> Option<&'m str> {
+        let _ = message;
+        None
+    }
     /// The message decoded for the local topic, or why it cannot be (logged without the
     /// body, and the message dead-lettered).
     fn decode<T, C: Codec<T>>(&self, codec: &C, message: &Self::Message) -> Result<T, String>;
@@ -193,19 +199,80 @@ pub struct Shared<'a> {
 /// The most messages one [`Inbound::ack`] acknowledges.
 pub const ACK_BATCH: usize = 256;
 
-/// Spawns the import of `inbound` into `local`: it takes, hands over and settles until the
+/// Where an import publishes what it takes.
+pub enum Destination<T> {
+    /// Its one topic.
+    Topic(Topic<T>),
+    /// A pattern import: the topic of this bus that each message names
+    /// ([`Inbound::topic_of`]). A message whose topic carries another type is dead-lettered
+    /// at once; it costs that message alone.
+    Named(Bus),
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Destination<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Destination::Topic(topic) => f.debug_tuple("Topic").field(&topic.name()).finish(),
+            Destination::Named(_) => f.write_str("Named"),
+        }
+    }
+}
+
+/// The topics a [`Destination::Named`] import met, resolved once each.
+struct Local<T> {
+    into: Destination<T>,
+    named: HashMap<Arc<str>, Topic<T>>,
+}
+
+impl<T: Send + Sync + 'static> Local<T> {
+    /// The topic `message` goes to, or why it has none (it names no topic, or one of another
+    /// type), for its dead letter.
+    fn topic<I: Inbound>(
+        &mut self,
+        inbound: &I,
+        message: &I::Message,
+    ) -> Result<&Topic<T>, String> {
+        let bus = match &self.into {
+            Destination::Topic(topic) => return Ok(topic),
+            Destination::Named(bus) => bus,
+        };
+        let Some(name) = inbound.topic_of(message) else {
+            return Err("the message names no topic".into());
+        };
+        if !self.named.contains_key(name) {
+            let topic = bus
+                .topic::<T>(name)
+                .map_err(|e| format!("the local topic {name:?} refused it: {e}"))?;
+            self.named.insert(name.into(), topic);
+        }
+        self.named
+            .get(name)
+            .ok_or_else(|| format!("the local topic {name:?} was not kept"))
+    }
+}
+
+/// Spawns the import of `inbound` into `into`: it takes, hands over and settles until the
 /// link stops its imports, then settles what it holds.
-pub fn spawn<I, T, C>(inbound: I, reader: I::Reader, local: Topic<T>, codec: C) -> JoinHandle<()>
+pub fn spawn<I, T, C>(
+    inbound: I,
+    reader: I::Reader,
+    into: Destination<T>,
+    codec: C,
+) -> JoinHandle<()>
 where
     I: Inbound,
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
+    let local = Local {
+        into,
+        named: HashMap::new(),
+    };
     tokio::spawn(run(Arc::new(inbound), reader, local, codec))
 }
 
 /// The import task: see the module's documentation.
-async fn run<I, T, C>(inbound: Arc<I>, mut reader: I::Reader, local: Topic<T>, codec: C)
+async fn run<I, T, C>(inbound: Arc<I>, mut reader: I::Reader, mut local: Local<T>, codec: C)
 where
     I: Inbound,
     T: Send + Sync + 'static,
@@ -247,7 +314,7 @@ where
                 }
                 break 'take;
             };
-            match hand_over(&*inbound, &local, &codec, &mut window, message).await {
+            match hand_over(&*inbound, &mut local, &codec, &mut window, message).await {
                 HandedOver::Held(delivery, message) => {
                     permit.send((delivery, message));
                 }
@@ -279,7 +346,7 @@ enum HandedOver<M> {
 /// Decides what to do with one message, and hands it to the bus if it is to be handled.
 async fn hand_over<I, T, C>(
     inbound: &I,
-    local: &Topic<T>,
+    local: &mut Local<T>,
     codec: &C,
     window: &mut Window<I::Key>,
     message: I::Message,
@@ -299,8 +366,13 @@ where
         dead_letter(inbound, &message, &reason).await;
         return HandedOver::Settled;
     }
-    let msg = match inbound.decode(codec, &message) {
-        Ok(msg) => msg,
+    // A message that does not decode, or names no local topic of its type, is bad input.
+    let routed = match inbound.decode(codec, &message) {
+        Ok(msg) => local.topic(inbound, &message).map(|local| (msg, local)),
+        Err(reason) => Err(reason),
+    };
+    let (msg, local) = match routed {
+        Ok(routed) => routed,
         Err(reason) => {
             inbound.count(Count::BadInput, 1);
             tracing::warn!(topic = %inbound.shared().topic, reason = %reason, "{}: refused a message", I::ENGINE);

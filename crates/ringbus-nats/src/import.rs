@@ -123,7 +123,7 @@ where
                 messages: None,
                 retry: Duration::from_millis(100),
             };
-            import::spawn(inbound, reader, local, codec)
+            import::spawn(inbound, reader, import::Destination::Topic(local), codec)
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");

@@ -34,7 +34,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Consumer};
 use ringbus_link::engine::ImportTask;
-use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
+use ringbus_link::import::{self, Count, Destination, Inbound, Redeliver, Shared};
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
 
@@ -44,13 +44,15 @@ use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{decode, earlier_deliveries, header, message_id, origin};
 
-/// Declares the durable queue `queue` and binds it to the link's exchange under
-/// `topic`; declares the topic's dead-letter queue too. Idempotent.
+/// Declares the durable queue `queue` and binds it to the link's exchange under `binding`
+/// (a topic, or a pattern in AMQP's syntax); declares the dead-letter queue of `name` (the
+/// topic or the pattern), bound the same way. Idempotent.
 pub(crate) async fn declare(
     link: &LinkShared,
     channel: &Channel,
     queue: &str,
-    topic: &str,
+    name: &str,
+    binding: &str,
 ) -> Result<(), lapin::Error> {
     let durable = QueueDeclareOptions {
         durable: true,
@@ -63,12 +65,12 @@ pub(crate) async fn declare(
         .queue_bind(
             queue.into(),
             link.prefix.as_str().into(),
-            topic.into(),
+            binding.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
         .await?;
-    let dead = link.dead_letter_queue(topic);
+    let dead = link.dead_letter_queue(name);
     channel
         .queue_declare(dead.as_str().into(), durable, FieldTable::default())
         .await?;
@@ -76,7 +78,7 @@ pub(crate) async fn declare(
         .queue_bind(
             dead.as_str().into(),
             link.dead_letter_prefix.as_str().into(),
-            topic.into(),
+            binding.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -96,14 +98,67 @@ where
     C: Codec<T>,
 {
     let local = link.bus.topic::<T>(topic)?;
-    let queue = link.queue(topic, group);
+    start_into(link, topic, None, group, Destination::Topic(local), codec).await
+}
+
+/// Starts importing every topic that `pattern` matches from the queue of `group`, each
+/// message into the topic its routing key names.
+pub(crate) async fn start_pattern<T, C>(
+    link: &Arc<LinkShared>,
+    pattern: ringbus::Pattern,
+    group: &str,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let into = Destination::Named(link.bus.clone());
+    start_into(
+        link,
+        &pattern.to_string(),
+        Some(pattern),
+        group,
+        into,
+        codec,
+    )
+    .await
+}
+
+/// AMQP's topic binding for `pattern`: `*` is one word in both; NATS's `>` (one word or
+/// more) is `*.#`, as AMQP's `#` alone also matches none.
+fn binding(pattern: &ringbus::Pattern) -> String {
+    pattern
+        .as_str()
+        .split('.')
+        .map(|token| if token == ">" { "*.#" } else { token })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+async fn start_into<T, C>(
+    link: &Arc<LinkShared>,
+    name: &str,
+    pattern: Option<ringbus::Pattern>,
+    group: &str,
+    into: Destination<T>,
+    codec: C,
+) -> Result<ImportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let queue = link.queue(name, group);
+    let binding = pattern.as_ref().map_or_else(|| name.to_string(), binding);
     let channel = link.conn.channel().await.map_err(LinkError::connect)?;
-    declare(link, &channel, &queue, topic)
+    declare(link, &channel, &queue, name, &binding)
         .await
         .map_err(|e| LinkError::setup(e.to_string()))?;
     let import = Import {
         link: link.clone(),
-        topic: topic.to_string(),
+        topic: name.to_string(),
+        pattern,
+        binding,
         queue,
         publisher: tokio::sync::Mutex::new(None),
         waiting: Arc::new(Mutex::new(BTreeSet::new())),
@@ -113,21 +168,26 @@ where
         .consume(&channel)
         .await
         .map_err(|e| LinkError::setup(e.to_string()))?;
-    tracing::info!(topic, queue = %import.queue, "ringbus-rabbitmq: importing");
+    tracing::info!(topic = name, queue = %import.queue, binding = %import.binding, "ringbus-rabbitmq: importing");
     let reader = Reader {
         consumer: Some(consumer),
         generation: 0,
         retry: Duration::from_millis(50),
         counts: Counts::new(link.queues.dedup_window.max(1024)),
     };
-    let task = import::spawn(import, reader, local, codec);
+    let task = import::spawn(import, reader, into, codec);
     Ok(ImportTask::new(task, "ringbus-rabbitmq"))
 }
 
-/// One import: its topic, its queue, and a channel for its dead letters.
+/// One import: its topic (or pattern), its queue, and a channel for its dead letters.
 struct Import {
     link: Arc<LinkShared>,
+    /// The topic imported, or the pattern.
     topic: String,
+    /// A pattern import's pattern: each message goes to the topic its routing key names.
+    pattern: Option<ringbus::Pattern>,
+    /// The queue's binding key: the topic, or the pattern in AMQP's syntax.
+    binding: String,
     queue: String,
     /// The confirm channel dead letters go out on, made when first needed.
     publisher: tokio::sync::Mutex<Option<Channel>>,
@@ -229,7 +289,14 @@ impl Import {
             }
         };
         let made = async {
-            declare(&self.link, &channel, &self.queue, &self.topic).await?;
+            declare(
+                &self.link,
+                &channel,
+                &self.queue,
+                &self.topic,
+                &self.binding,
+            )
+            .await?;
             self.consume(&channel).await
         };
         match made.await {
@@ -255,6 +322,23 @@ impl Import {
             Redeliver::Later => self.link.queues.nack_delay,
         }
     }
+}
+
+impl Import {
+    /// The local topic of `taken`: the import's topic, or the one its routing key names if
+    /// the import's pattern matches it.
+    fn local_topic<'m>(&'m self, taken: &'m Taken) -> Option<&'m str> {
+        match &self.pattern {
+            None => Some(&self.topic),
+            Some(pattern) => routed(pattern, taken),
+        }
+    }
+}
+
+/// The topic `taken`'s routing key names, if `pattern` matches it.
+fn routed<'m>(pattern: &ringbus::Pattern, taken: &'m Taken) -> Option<&'m str> {
+    let key = taken.delivery.routing_key.as_str();
+    pattern.matches(key).then_some(key)
 }
 
 impl Inbound for Import {
@@ -362,11 +446,21 @@ impl Inbound for Import {
         })
     }
 
+    fn topic_of<'m>(&self, taken: &'m Taken) -> Option<&'m str> {
+        routed(self.pattern.as_ref()?, taken)
+    }
+
     fn decode<T, C: Codec<T>>(&self, codec: &C, taken: &Taken) -> Result<T, String> {
         let delivery = &taken.delivery;
+        let Some(topic) = self.local_topic(taken) else {
+            return Err(format!(
+                "its routing key {:?} is not a topic of this import",
+                taken.delivery.routing_key.as_str()
+            ));
+        };
         decode(
             codec,
-            &self.topic,
+            topic,
             &delivery.properties,
             &delivery.data,
             self.link.max_message_bytes,
@@ -441,7 +535,7 @@ impl Inbound for Import {
             publish_confirmed(
                 &channel,
                 &self.link.dead_letter_prefix,
-                &self.topic,
+                self.local_topic(taken).unwrap_or(&self.topic),
                 &delivery.data,
                 properties,
             )

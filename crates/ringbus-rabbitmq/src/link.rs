@@ -339,21 +339,108 @@ impl Link {
         C: Codec<T>,
     {
         check_name(topic, "topic")?;
+        self.check_queue_names(topic, group)?;
+        let start = import::start::<T, C>(&self.inner, topic, group, codec);
+        self.inner.runtime.add_import(topic, start).await
+    }
+
+    /// Imports every topic that `pattern` matches, present and future, into the local topic
+    /// of the same name: NATS-style tokens split on `.`, `*` for one token, `>` for every
+    /// token left (see [`ringbus::Pattern`]). The queue `<prefix>.<group>.<pattern>` (the
+    /// link's [`QueueOptions::group`]) is bound to the topic exchange with the pattern in
+    /// AMQP's syntax (`>` is `*.#`), so the broker routes every matching export to it; its
+    /// dead letters go to `<dead_letter_prefix>.<pattern>`.
+    ///
+    /// Every promise of [`import`](Self::import) holds, per message; messages keep their
+    /// order within a topic, not across topics. A local topic of another type under the
+    /// pattern refuses its messages: each is dead-lettered at once (counted in
+    /// [`LinkStats::bad_input`](crate::LinkStats::bad_input)), the other topics unaffected.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::BadName`] for a malformed pattern (or one with AMQP's `#`, or a queue name
+    /// over 255 bytes); [`LinkError::AlreadyLinked`] if this link imports the pattern already;
+    /// [`LinkError::Connect`] / [`LinkError::Setup`] if the queue could not be made.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    ///
+    /// ```no_run
+    /// # async fn demo(link: ringbus_rabbitmq::Link) -> Result<(), ringbus_rabbitmq::LinkError> {
+    /// use ringbus_rabbitmq::Envelope;
+    ///
+    /// // orders.eu.created, orders.us.paid, ...: each into its own local topic.
+    /// link.import_pattern::<Envelope<String>>("orders.>").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn import_pattern<T>(&self, pattern: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        let group = self.inner.queues.group.clone();
+        self.import_pattern_shared_with(pattern, &group, Json).await
+    }
+
+    /// As [`import_pattern`](Self::import_pattern), from the queue of the group `group`
+    /// (instances of one group share the messages, as
+    /// [`import_shared`](Self::import_shared)), with the codec `codec`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`import`](Self::import).
+    pub async fn import_pattern_shared_with<T, C>(
+        &self,
+        pattern: &str,
+        group: &str,
+        codec: C,
+    ) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        let refuse = |reason| LinkError::BadName {
+            what: "topic pattern",
+            name: pattern.escape_debug().to_string(),
+            reason,
+        };
+        if pattern.contains('#') {
+            return Err(refuse(
+                "`#` is AMQP's wildcard: write `>` for the rest of the tokens",
+            ));
+        }
+        if pattern.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(refuse("it contains whitespace or a control character"));
+        }
+        let parsed = ringbus::Pattern::parse(pattern).map_err(|e| {
+            refuse(match e {
+                ringbus::Error::InvalidPattern { reason, .. } => reason,
+                _ => "it is not a topic pattern",
+            })
+        })?;
+        self.check_queue_names(pattern, group)?;
+        let start = import::start_pattern::<T, C>(&self.inner, parsed, group, codec);
+        self.inner.runtime.add_import(pattern, start).await
+    }
+
+    /// Checks `group`, and that the queue names made for `name` (a topic or a pattern) fit
+    /// AMQP's 255 bytes.
+    fn check_queue_names(&self, name: &str, group: &str) -> Result<(), LinkError> {
         check_name(group, "group")?;
         for queue in [
-            self.inner.queue(topic, group),
-            self.inner.dead_letter_queue(topic),
+            self.inner.queue(name, group),
+            self.inner.dead_letter_queue(name),
         ] {
             if queue.len() > 255 {
                 return Err(LinkError::BadName {
                     what: "topic",
-                    name: topic.escape_debug().to_string(),
+                    name: name.escape_debug().to_string(),
                     reason: "a queue name it makes would be longer than AMQP's 255 bytes",
                 });
             }
         }
-        let start = import::start::<T, C>(&self.inner, topic, group, codec);
-        self.inner.runtime.add_import(topic, start).await
+        Ok(())
     }
 
     /// Links `topic` both ways: local messages go out, remote ones come in, and imported

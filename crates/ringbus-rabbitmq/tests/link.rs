@@ -219,3 +219,106 @@ async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
     assert!(p.close(WAIT).await.complete);
     assert!(s.close(WAIT).await.complete);
 }
+
+/// A pattern import: every exported topic the pattern matches comes in, each into its own
+/// local topic and in its order; `>` needs at least one token (as in NATS, unlike AMQP's `#`);
+/// a local topic of another type has its messages dead-lettered, the rest unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_import_brings_every_matching_topic_in() {
+    let Some(server) = server().await else {
+        return;
+    };
+    let (remote, local) = (Bus::new(), Bus::new());
+    let out = link(&server, &remote).await;
+    let exported = [
+        "orders.eu",
+        "orders.us",
+        "orders.eu.paid",
+        "orders.x.text",
+        "orders",
+        "billing",
+        "orders.end",
+    ];
+    for topic in exported {
+        out.export::<Msg>(topic).await.unwrap();
+    }
+    let inbound = link(&server, &local).await;
+    for bad in ["orders..x", "orders.>.x", "ord*", "orders.#", "a b.*"] {
+        assert!(
+            matches!(
+                inbound.import_pattern::<Msg>(bad).await,
+                Err(LinkError::BadName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    local.topic::<Envelope<String>>("orders.x.text").unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = local
+        .subscribe_pattern("orders.*", move |topic: &str, m: &Msg| {
+            let _ = tx.send((topic.to_string(), *m.body()));
+            async {}
+        })
+        .unwrap();
+    inbound.import_pattern::<Msg>("orders.>").await.unwrap();
+    assert!(matches!(
+        inbound.import_pattern::<Msg>("orders.>").await,
+        Err(LinkError::AlreadyLinked { .. })
+    ));
+
+    // The refused message first, seen dead-lettered before the rest are sent: exports of
+    // different topics are not ordered with each other.
+    remote.publish("orders.x.text", Msg::new(0)).await.unwrap();
+    eventually("the other type's message dead-lettered", || {
+        let stats = inbound.stats();
+        stats.bad_input == 1 && stats.dead_lettered == 1
+    })
+    .await;
+    remote.publish("orders.eu.paid", Msg::new(1)).await.unwrap();
+    remote.publish("orders", Msg::new(2)).await.unwrap();
+    remote.publish("billing", Msg::new(3)).await.unwrap();
+    for i in 0..10u64 {
+        remote
+            .publish("orders.eu", Msg::new(100 + i))
+            .await
+            .unwrap();
+        remote
+            .publish("orders.us", Msg::new(200 + i))
+            .await
+            .unwrap();
+    }
+    // Every export confirmed (so in the import's queue), then one more behind them all: once
+    // it is handled, everything before it was handed over.
+    eventually("every export confirmed", || out.stats().exported == 24).await;
+    remote.publish("orders.end", Msg::new(999)).await.unwrap();
+    let mut got = Vec::new();
+    while got.last() != Some(&("orders.end".to_string(), 999)) {
+        let next = tokio::time::timeout(WAIT, rx.recv()).await;
+        got.push(
+            next.expect("a message within WAIT")
+                .expect("the subscriber"),
+        );
+    }
+    assert_eq!(got.len(), 21, "{got:?}");
+    for (topic, base) in [("orders.eu", 100), ("orders.us", 200)] {
+        let seen: Vec<u64> = got
+            .iter()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(seen, (base..base + 10).collect::<Vec<_>>(), "{topic}");
+    }
+    // orders.eu.paid was imported too (into a topic nobody here subscribes to); orders and
+    // billing were not.
+    assert_eq!(inbound.stats().imported, 22);
+    assert!(inbound.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+    local.close().await;
+    remote.close().await;
+    let topics: Vec<String> = local.stats().topics.into_iter().map(|t| t.name).collect();
+    assert!(topics.iter().any(|t| t == "orders.eu.paid"), "{topics:?}");
+    for unmatched in ["orders", "billing"] {
+        assert!(!topics.iter().any(|t| t == unmatched), "{topics:?}");
+    }
+    assert_eq!(inbound.stats().bad_input, 1);
+}

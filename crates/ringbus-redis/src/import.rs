@@ -134,7 +134,7 @@ where
         cursor: "0-0".to_string(),
         retry: Duration::from_millis(50),
     };
-    let task = import::spawn(import, reader, local, codec);
+    let task = import::spawn(import, reader, import::Destination::Topic(local), codec);
     Ok(ImportTask::new(task, "ringbus-redis"))
 }
 
