@@ -324,6 +324,9 @@ impl Link {
     ///
     /// Not cancel safe: dropped midway, the group may exist on the server with no task
     /// reading it (it keeps the messages for a later import).
+    ///
+    /// There is no pattern import over Redis: `XREADGROUP` reads named streams only (the
+    /// crate's README says why a periodic search for new keys is not offered instead).
     pub async fn import<T>(&self, topic: &str) -> Result<(), LinkError>
     where
         T: Send + Sync + 'static,
