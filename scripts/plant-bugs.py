@@ -576,6 +576,11 @@ BUGS = [
      "        let topic: &'a str = String::leak(self.topic.to_string());\n"
      "        self.handler.call(topic, msg)\n",
      plain("alloc_bus", "a_pattern_subscribers_deliveries_allocate_nothing")),
+    ("nats pattern import: the topic keeps the subject's last prefix byte",
+     NATS + "import.rs",
+     "    let prefix_len = subject.len() - pattern.len();\n",
+     "    let prefix_len = subject.len() - pattern.len() - 1;\n",
+     plain("links", "cases::a_pattern_import_brings_each_matching_topic_in_order")),
     ("bus pattern: the bus's list and a pattern keep each other alive",
      BUS + "pattern.rs",
      "    list.push(sub.clone());\n",

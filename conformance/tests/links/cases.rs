@@ -8,7 +8,8 @@ use std::time::Duration;
 use ringbus::{Context, PublishError, RetryPolicy, SubscribeOptions};
 
 use crate::pair::{
-    eventually, item, Item, Kind, Msg, Pair, Verdict, ALL, MAX_DELIVER, NACK_DELAY, TOPIC, WAIT,
+    eventually, item, Item, Kind, Msg, Pair, PatternPair, Verdict, ALL, MAX_DELIVER, NACK_DELAY,
+    TOPIC, WAIT,
 };
 
 /// The transports that deliver at least once.
@@ -455,5 +456,48 @@ async fn still_linked_after_the_connections_drop() {
         .await;
         let mut pair = pair.close().await;
         pair.close_subscriber().await;
+    }
+}
+
+/// A pattern import brings every exported topic the pattern matches, each into its own local
+/// topic (the subscriber is told which) and in its publish order; order across topics is not
+/// promised. JetStream and Redis have no pattern import (see their crates): skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_import_brings_each_matching_topic_in_order() {
+    const N: u64 = 100;
+    let matching = ["items.a", "items.b"];
+    let topics = ["items.a", "items.b", "items.a.deep", "other"];
+    for kind in ALL {
+        let Some(mut pair) = PatternPair::new(kind, &topics, "items.*").await else {
+            continue;
+        };
+        for n in 0..N {
+            for topic in topics {
+                pair.publisher.publish(topic, item(n)).await.unwrap();
+            }
+        }
+        let got = pair.take(matching.len() * N as usize).await;
+        for topic in matching {
+            let ns: Vec<u64> = got
+                .iter()
+                .filter(|(t, _)| t == topic)
+                .map(|(_, n)| *n)
+                .collect();
+            assert_eq!(ns, (0..N).collect::<Vec<_>>(), "{kind:?} {topic}");
+        }
+        let subscriber = pair.subscriber.clone();
+        pair.close().await;
+        if kind.linked() {
+            // Nothing outside the pattern was imported: no local topic was made for it.
+            let names: Vec<String> = subscriber
+                .stats()
+                .topics
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            for unmatched in ["items.a.deep", "other"] {
+                assert!(!names.iter().any(|t| t == unmatched), "{kind:?}: {names:?}");
+            }
+        }
     }
 }

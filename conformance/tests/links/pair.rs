@@ -72,6 +72,42 @@ impl Kind {
     pub(crate) fn linked(self) -> bool {
         self != Kind::InProcess
     }
+
+    /// Imports a topic pattern (JetStream and Redis have no pattern import: see their
+    /// crates).
+    pub(crate) fn imports_patterns(self) -> bool {
+        !matches!(self, Kind::JetStream | Kind::Redis)
+    }
+}
+
+/// The server `kind` needs (none for the in-process bus), the publisher's bus and the
+/// subscriber's (the same bus in process); `None` to skip (the server's binary is missing and
+/// not required).
+async fn start(kind: Kind) -> Option<(Option<Server>, Bus, Bus)> {
+    let server = match kind {
+        Kind::InProcess => None,
+        Kind::Memory => Some(Server::Memory(
+            MemoryNats::start().expect("a loopback port"),
+        )),
+        Kind::Core | Kind::JetStream => Some(Server::Nats(NatsServer::start()?)),
+        // An fsynced append-only file: a kill loses nothing Redis answered (the restart
+        // case), as JetStream's file store does.
+        Kind::Redis => Some(Server::Redis(RedisServer::start_with(
+            RedisOptions::new().persistent(true),
+        )?)),
+        Kind::RabbitMq => Some(Server::Rabbit(
+            tokio::task::spawn_blocking(RabbitServer::start)
+                .await
+                .unwrap()?,
+        )),
+    };
+    let publisher = Bus::new();
+    let subscriber = if kind.linked() {
+        Bus::new()
+    } else {
+        publisher.clone()
+    };
+    Some((server, publisher, subscriber))
 }
 
 /// A handler's verdict on a message (and its attempt number): `true` handles it, `false`
@@ -348,29 +384,7 @@ impl Pair {
         verdict: Verdict,
         options: SubscribeOptions,
     ) -> Option<Pair> {
-        let server = match kind {
-            Kind::InProcess => None,
-            Kind::Memory => Some(Server::Memory(
-                MemoryNats::start().expect("a loopback port"),
-            )),
-            Kind::Core | Kind::JetStream => Some(Server::Nats(NatsServer::start()?)),
-            // An fsynced append-only file: a kill loses nothing Redis answered (the restart
-            // case), as JetStream's file store does.
-            Kind::Redis => Some(Server::Redis(RedisServer::start_with(
-                RedisOptions::new().persistent(true),
-            )?)),
-            Kind::RabbitMq => Some(Server::Rabbit(
-                tokio::task::spawn_blocking(RabbitServer::start)
-                    .await
-                    .unwrap()?,
-            )),
-        };
-        let publisher = Bus::new();
-        let subscriber = if kind.linked() {
-            Bus::new()
-        } else {
-            publisher.clone()
-        };
+        let (server, publisher, subscriber) = start(kind).await?;
         let (tx, seen) = mpsc::unbounded_channel();
         let attempts = Arc::new(Mutex::new(BTreeMap::new()));
         let counts = attempts.clone();
@@ -575,6 +589,102 @@ impl Pair {
         if let Some(link) = &self.sub_link {
             link.close(self.kind).await;
         }
+        self.subscriber.close().await;
+    }
+}
+
+/// A publisher side exporting some topics and a subscriber side importing a topic pattern:
+/// the subscriber bus's pattern subscriber sees `(topic, n)` of each message.
+pub(crate) struct PatternPair {
+    pub(crate) kind: Kind,
+    _server: Option<Server>,
+    pub(crate) publisher: Bus,
+    pub(crate) subscriber: Bus,
+    links: Vec<AnyLink>,
+    pub(crate) seen: mpsc::UnboundedReceiver<(String, u64)>,
+}
+
+impl PatternPair {
+    /// `topics` exported, `pattern` imported and subscribed to; `None` when the transport
+    /// must skip, or has no pattern import.
+    pub(crate) async fn new(kind: Kind, topics: &[&str], pattern: &str) -> Option<PatternPair> {
+        if !kind.imports_patterns() {
+            return None;
+        }
+        let (server, publisher, subscriber) = start(kind).await?;
+        let (tx, seen) = mpsc::unbounded_channel();
+        subscriber
+            .subscribe_pattern(pattern, move |topic: &str, m: &Msg| {
+                let _ = tx.send((topic.to_string(), m.body().n));
+                async {}
+            })
+            .unwrap();
+        let links = match &server {
+            None => Vec::new(),
+            Some(Server::Rabbit(server)) => {
+                let url = server.url();
+                let (p, s) = (
+                    rabbit_link(url.clone(), &publisher).await,
+                    rabbit_link(url.clone(), &subscriber).await,
+                );
+                s.import_pattern::<Msg>(pattern).await.unwrap();
+                for topic in topics {
+                    p.export::<Msg>(topic).await.unwrap();
+                }
+                vec![AnyLink::Rabbit(p, url.clone()), AnyLink::Rabbit(s, url)]
+            }
+            Some(Server::Memory(_) | Server::Nats(_)) => {
+                let url = match &server {
+                    Some(Server::Memory(m)) => m.url(),
+                    Some(Server::Nats(n)) => n.url(),
+                    _ => unreachable!("matched above"),
+                };
+                let (p, s) = (
+                    nats_link(url.clone(), &publisher).await,
+                    nats_link(url, &subscriber).await,
+                );
+                s.import_pattern::<Msg>(pattern).await.unwrap();
+                for topic in topics {
+                    p.export::<Msg>(topic, ringbus_nats::Mode::Core)
+                        .await
+                        .unwrap();
+                }
+                vec![AnyLink::Nats(p), AnyLink::Nats(s)]
+            }
+            Some(Server::Redis(_)) => unreachable!("Redis imports no pattern"),
+        };
+        Some(PatternPair {
+            kind,
+            _server: server,
+            publisher,
+            subscriber,
+            links,
+            seen,
+        })
+    }
+
+    /// Receives `n` messages.
+    pub(crate) async fn take(&mut self, n: usize) -> Vec<(String, u64)> {
+        let mut got = Vec::with_capacity(n);
+        while got.len() < n {
+            match tokio::time::timeout(WAIT, self.seen.recv()).await {
+                Ok(Some(seen)) => got.push(seen),
+                other => panic!(
+                    "{:?}: {} of {n} within {WAIT:?} ({other:?})",
+                    self.kind,
+                    got.len()
+                ),
+            }
+        }
+        got
+    }
+
+    /// Closes the links (the publisher's first), then both buses.
+    pub(crate) async fn close(self) {
+        for link in &self.links {
+            link.close(self.kind).await;
+        }
+        self.publisher.close().await;
         self.subscriber.close().await;
     }
 }
