@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 
 use common::{Gate, Log};
-use ringbus::{subscriber, Bus, Error, PublishError, SubscribeOptions, Subscription};
+use ringbus::{subscriber, Batch, Bus, Error, PublishError, SubscribeOptions, Subscription};
 use tokio_test::{assert_pending, task};
 
 /// A pattern subscriber that logs `(topic, message)`.
@@ -599,4 +599,48 @@ async fn a_slow_pattern_subscriber_holds_its_topics_publishers() {
     }
     let a = |m: u64| ("jobs.a".to_string(), m);
     assert_eq!(rest, [a(2), a(3), a(4)]);
+}
+
+/// A pattern batch subscriber: batches of present and later topics, each told its topic and
+/// in order per topic; the options a batch subscriber cannot honour are refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_batch_subscriber_gets_each_topics_batches_in_order() {
+    let bus = Bus::new();
+    bus.topic::<u64>("jobs.early").unwrap();
+    let log = Log::new();
+    let logged = log.clone();
+    let sub = bus
+        .subscribe_pattern_batch(
+            "jobs.*",
+            SubscribeOptions::new(),
+            move |topic: &str, batch: Batch<'_, u64>| {
+                assert!(!batch.is_empty());
+                for m in batch.iter() {
+                    logged.push((topic.to_string(), *m));
+                }
+                async {}
+            },
+        )
+        .unwrap();
+    for m in 0..500u64 {
+        bus.publish("jobs.early", m).await.unwrap();
+        bus.publish("jobs.late", m).await.unwrap();
+        bus.publish("other", m).await.unwrap();
+    }
+    bus.close().await;
+    let topics = by_topic(&log.snapshot());
+    assert_eq!(
+        topics.keys().collect::<Vec<_>>(),
+        ["jobs.early", "jobs.late"]
+    );
+    for (topic, ms) in &topics {
+        assert_eq!(*ms, (0..500).collect::<Vec<_>>(), "{topic}");
+    }
+    assert_eq!(sub.stats().handled, 1_000);
+
+    let bus = Bus::new();
+    let retrying = SubscribeOptions::new().retry(ringbus::RetryPolicy::new(2));
+    let refused =
+        bus.subscribe_pattern_batch("jobs.*", retrying, |_: &str, _: Batch<'_, u64>| async {});
+    assert!(matches!(refused, Err(Error::Unsupported(_))), "{refused:?}");
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished, Unresolved};
-use crate::handler::{BatchHandler, Handler, TopicHandler};
+use crate::handler::{BatchHandler, Handler, TopicBatchHandler, TopicHandler};
 use crate::map::TopicMap;
 use crate::options::SubscribeOptions;
 use crate::pattern::{self, Patterns};
@@ -840,10 +840,70 @@ impl Bus {
         T: Send + Sync + 'static,
         H: TopicHandler<T>,
     {
+        self.follow_pattern(pattern, options, pattern::Each(handler))
+    }
+
+    /// The batch form of [`subscribe_pattern_with`](Self::subscribe_pattern_with): each
+    /// matching topic's subscriber runs `handler` with everything available at once, as
+    /// [`subscribe_batch`](Self::subscribe_batch) does, told the topic.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::Error> {
+    /// use std::sync::{Arc, Mutex};
+    /// use ringbus::{Batch, Bus, SubscribeOptions};
+    ///
+    /// let bus = Bus::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// bus.subscribe_pattern_batch(
+    ///     "orders.*",
+    ///     SubscribeOptions::new(),
+    ///     move |topic: &str, batch: Batch<'_, u64>| {
+    ///         log.lock().unwrap().push((topic.to_string(), batch.len()));
+    ///         async {}
+    ///     },
+    /// )?;
+    /// bus.publish_batch("orders.created", [1u64, 2, 3]).await?;
+    /// bus.close().await;
+    /// let handled: usize = seen.lock().unwrap().iter().map(|(_, n)| n).sum();
+    /// assert_eq!(handled, 3);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`subscribe_pattern`](Self::subscribe_pattern); [`Error::Unsupported`] with a retry
+    /// policy or a dead-letter topic in `options` (batch subscribers do not retry).
+    pub fn subscribe_pattern_batch<T, H>(
+        &self,
+        pattern: &str,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: TopicBatchHandler<T>,
+    {
+        subscriber::batch_options(&options)?;
+        self.follow_pattern(pattern, options, pattern::Batches(handler))
+    }
+
+    /// Subscribes `handler` to every topic `pattern` matches (see `pattern::subscribe`).
+    fn follow_pattern<T, H>(
+        &self,
+        pattern: &str,
+        options: SubscribeOptions,
+        handler: H,
+    ) -> Result<Subscription, Error>
+    where
+        T: Send + Sync + 'static,
+        H: pattern::Follow<T>,
+    {
+        let topics = || self.typed_topics();
         pattern::subscribe(
             &self.inner.state,
             &self.inner.patterns,
-            || self.typed_topics(),
+            topics,
             pattern,
             options,
             handler,

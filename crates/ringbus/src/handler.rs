@@ -378,6 +378,60 @@ where
     }
 }
 
+/// Handles a pattern's batches, told the topic each came from (the batch form of
+/// [`TopicHandler`], for [`Bus::subscribe_pattern_batch`](crate::Bus::subscribe_pattern_batch)).
+///
+/// Async closures `async |topic: &str, batch: Batch<'_, T>| ...` implement it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot handle batches of `{T}` of a pattern's topics",
+    label = "not a pattern batch handler of `{T}`",
+    note = "a pattern batch handler is an async closure `async |topic: &str, batch: ringbus::Batch<'_, {T}>| ...`",
+    note = "its future must be `Send`, and resolve to `()` or `Result<(), E>` (with `E: Display`)"
+)]
+pub trait TopicBatchHandler<T>: Send + Sync + 'static {
+    /// Handles `batch`, published to `topic`. Failures count as a [`BatchHandler`]'s do.
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a;
+}
+
+/// A function of `(&'a str, Batch<'a, T>)` whose future may borrow both: what a pattern's
+/// closure batch handler is. Implemented for every such `Fn` with a `Send` future.
+pub trait TopicBatchHandlerFn<'a, T: 'a>:
+    Fn(&'a str, Batch<'a, T>) -> <Self as TopicBatchHandlerFn<'a, T>>::Fut
+{
+    /// The future a call returns.
+    type Fut: Future<Output = Self::Result> + Send + 'a;
+    /// What the future resolves to.
+    type Result: HandlerOutput;
+}
+
+impl<'a, T: 'a, F, Fut> TopicBatchHandlerFn<'a, T> for F
+where
+    F: Fn(&'a str, Batch<'a, T>) -> Fut,
+    Fut: Future + Send + 'a,
+    Fut::Output: HandlerOutput,
+{
+    type Fut = Fut;
+    type Result = Fut::Output;
+}
+
+impl<T, F> TopicBatchHandler<T> for F
+where
+    T: Sync + 'static,
+    F: for<'a> TopicBatchHandlerFn<'a, T> + Send + Sync + 'static,
+{
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self(topic, batch).map(HandlerOutput::into_result)
+    }
+}
+
 /// A [`Handler`] run on a pattern's topics, not told which (what `#[subscriber("orders.*")]`
 /// makes of a function that takes only the message).
 #[doc(hidden)]

@@ -145,7 +145,8 @@ pub use error::{
 };
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
-    HandlerOutput, StateHandlerFn, TopicHandler, TopicHandlerFn, WithState,
+    HandlerOutput, StateHandlerFn, TopicBatchHandler, TopicBatchHandlerFn, TopicHandler,
+    TopicHandlerFn, WithState,
 };
 pub use options::{DeadLetter, RetryPolicy, SubscribeOptions};
 pub use pattern::Pattern;

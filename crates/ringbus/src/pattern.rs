@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, PatternMismatch};
-use crate::handler::TopicHandler;
+use crate::handler::{Batch, BatchHandler, Handler, HandlerError, TopicBatchHandler, TopicHandler};
 use crate::options::SubscribeOptions;
 use crate::shared::{BusState, SubShared};
 use crate::stats::SubscriberStats;
@@ -284,6 +284,42 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How a pattern's handler follows one topic: an ordinary subscriber of it, running the
+/// handler told the topic.
+pub(crate) trait Follow<T>: Send + Sync + 'static {
+    fn subscribe(
+        handler: &Arc<Self>,
+        topic: &Arc<TopicInner<T>>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, Error>;
+}
+
+/// A pattern's handler of one message at a time ([`TopicHandler`]).
+pub(crate) struct Each<H>(pub(crate) H);
+
+/// A pattern's handler of batches ([`TopicBatchHandler`]).
+pub(crate) struct Batches<H>(pub(crate) H);
+
+impl<T: Send + Sync + 'static, H: TopicHandler<T>> Follow<T> for Each<H> {
+    fn subscribe(
+        handler: &Arc<Self>,
+        topic: &Arc<TopicInner<T>>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, Error> {
+        crate::subscriber::subscribe(topic, options, OnTopic::new(topic, handler))
+    }
+}
+
+impl<T: Send + Sync + 'static, H: TopicBatchHandler<T>> Follow<T> for Batches<H> {
+    fn subscribe(
+        handler: &Arc<Self>,
+        topic: &Arc<TopicInner<T>>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, Error> {
+        crate::subscriber::subscribe_batch(topic, options, OnTopic::new(topic, handler))
+    }
+}
+
 /// A typed pattern subscription: the handler each follower runs, and how to start one.
 struct PatternSub<T, H> {
     shared: Arc<PatternShared>,
@@ -295,7 +331,7 @@ struct PatternSub<T, H> {
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, H> {
+impl<T: Send + Sync + 'static, H: Follow<T>> AnyPattern for PatternSub<T, H> {
     fn shared(&self) -> &Arc<PatternShared> {
         &self.shared
     }
@@ -319,11 +355,6 @@ impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, 
             debug_assert!(false, "a pattern asked to follow a topic of another type");
             return Ok(());
         };
-        let handler = OnTopic {
-            topic: topic.name.clone(),
-            handler: self.handler.clone(),
-            _message: PhantomData,
-        };
         // A topic may be made where no runtime is reachable (or on another runtime): the
         // follower runs where the pattern subscribed.
         let _runtime = self.runtime.enter();
@@ -333,7 +364,7 @@ impl<T: Send + Sync + 'static, H: TopicHandler<T>> AnyPattern for PatternSub<T, 
         options
             .name
             .get_or_insert_with(|| self.shared.name.to_string());
-        match crate::subscriber::subscribe(&topic, options, handler) {
+        match H::subscribe(&self.handler, &topic, options) {
             Ok(sub) => {
                 tracing::debug!(pattern = %self.shared.pattern.text(), topic = %topic.name, "ringbus pattern follows a topic");
                 if let Some(shared) = sub.shared() {
@@ -355,12 +386,31 @@ struct OnTopic<T, H> {
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Send + Sync + 'static, H: TopicHandler<T>> crate::handler::Handler<T> for OnTopic<T, H> {
+impl<T, H> OnTopic<T, H> {
+    fn new(topic: &TopicInner<T>, handler: &Arc<H>) -> Self {
+        Self {
+            topic: topic.name.clone(),
+            handler: handler.clone(),
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static, H: TopicHandler<T>> Handler<T> for OnTopic<T, Each<H>> {
     fn call<'a>(
         &'a self,
         msg: &'a T,
-    ) -> impl std::future::Future<Output = Result<(), crate::HandlerError>> + Send + 'a {
-        self.handler.call(&self.topic, msg)
+    ) -> impl std::future::Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.handler.0.call(&self.topic, msg)
+    }
+}
+
+impl<T: Send + Sync + 'static, H: TopicBatchHandler<T>> BatchHandler<T> for OnTopic<T, Batches<H>> {
+    fn call<'a>(
+        &'a self,
+        batch: Batch<'a, T>,
+    ) -> impl std::future::Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.handler.0.call(&self.topic, batch)
     }
 }
 
@@ -381,7 +431,7 @@ pub(crate) fn subscribe<T, H>(
 ) -> Result<Subscription, Error>
 where
     T: Send + Sync + 'static,
-    H: TopicHandler<T>,
+    H: Follow<T>,
 {
     let pattern = Pattern::parse(pattern)?;
     if options.capacity.is_some() {

@@ -107,6 +107,17 @@ where
     })
 }
 
+/// Refuses the options a batch subscriber cannot honour: a retry policy, a dead-letter topic.
+pub(crate) fn batch_options(options: &SubscribeOptions) -> Result<(), Error> {
+    if options.retry.is_some() || options.dead_letter.is_some() {
+        return Err(Error::Unsupported(
+            "batch subscribers do not retry: a retry policy or a dead-letter topic is for \
+             subscribers that handle one message at a time",
+        ));
+    }
+    Ok(())
+}
+
 /// Subscribes a batch handler to `topic`: every message one look finds, in one call.
 pub(crate) fn subscribe_batch<T, H>(
     topic: &Arc<TopicInner<T>>,
@@ -117,12 +128,7 @@ where
     T: Send + Sync + 'static,
     H: BatchHandler<T>,
 {
-    if options.retry.is_some() || options.dead_letter.is_some() {
-        return Err(Error::Unsupported(
-            "batch subscribers do not retry: a retry policy or a dead-letter topic is for \
-             subscribers that handle one message at a time",
-        ));
-    }
+    batch_options(&options)?;
     spawn(topic, options, move |reader, sub| {
         task::run_batch(reader, handler, sub)
     })
