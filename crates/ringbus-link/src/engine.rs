@@ -52,14 +52,26 @@ impl Claims {
         self.linked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records `topic` as linked in `direction`, or `None` if it already is. The claim is
+    /// Records `topic` (a name or a pattern) as linked in `direction`, or `None` if it, or a
+    /// name or pattern sharing a topic with it, already is. The claim is
     /// given back when the returned guard is dropped, unless it was [kept](Claim::keep): a
     /// call that fails, or whose future is dropped midway, leaves the topic unlinked.
     pub fn claim(&self, topic: &str, direction: &'static str) -> Option<Claim<'_>> {
         let key = (topic.to_string(), direction);
-        if !self.linked().insert(key.clone()) {
+        let mut linked = self.linked();
+        // A name and a pattern (or two patterns) that share a topic would link it twice.
+        if let Ok(new) = ringbus::Pattern::parse(topic) {
+            let overlaps = |(name, way): &(String, &str)| {
+                *way == direction && ringbus::Pattern::parse(name).is_ok_and(|p| p.overlaps(&new))
+            };
+            if linked.iter().any(overlaps) {
+                return None;
+            }
+        }
+        if !linked.insert(key.clone()) {
             return None;
         }
+        drop(linked);
         Some(Claim {
             claims: self,
             key: Some(key),
@@ -499,8 +511,26 @@ pub fn redacted_url(url: &str) -> String {
 }
 
 #[cfg(test)]
-mod settlement_tests {
-    use super::{redacted_url, Settlement};
+mod tests {
+    use super::{redacted_url, Claims, Settlement};
+
+    #[test]
+    fn a_name_and_a_pattern_sharing_a_topic_are_not_both_linked() {
+        let claims = Claims::new();
+        claims.claim("orders.eu", "export").unwrap().keep();
+        assert!(claims.claim("orders.eu", "export").is_none());
+        assert!(claims.claim("orders.>", "export").is_none());
+        assert!(claims.claim("*.eu", "export").is_none());
+        // Another direction, or topics the name is not among: free.
+        claims.claim("orders.>", "import").unwrap().keep();
+        claims.claim("orders.*.paid", "export").unwrap().keep();
+        claims.claim("orders", "export").unwrap().keep();
+        assert!(claims.claim("orders.us.paid", "export").is_none());
+        assert!(claims.claim("orders.eu.x", "import").is_none());
+        // A claim given back frees what it covered.
+        drop(claims.claim("billing.*", "export"));
+        claims.claim("billing.x", "export").unwrap().keep();
+    }
 
     #[test]
     fn passwords_never_show() {

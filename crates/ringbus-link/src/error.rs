@@ -29,7 +29,8 @@ pub enum LinkError {
         /// Why it was refused.
         reason: &'static str,
     },
-    /// The topic is already linked in that direction by this link.
+    /// The topic is already linked in that direction by this link: by its name, or by a
+    /// pattern sharing a topic with it.
     AlreadyLinked {
         /// The topic.
         topic: String,
@@ -74,7 +75,11 @@ impl fmt::Display for LinkError {
                 write!(f, "{what} {name:?} cannot be used: {reason}")
             }
             LinkError::AlreadyLinked { topic, direction } => {
-                write!(f, "topic {topic:?} is already linked ({direction})")
+                write!(
+                    f,
+                    "topic {topic:?} is already linked ({direction}), by its name or by a \
+                     pattern that shares a topic with it"
+                )
             }
             LinkError::EchoLoop {
                 topic,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, TopicBatchHandler};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
@@ -35,11 +35,9 @@ struct Pending {
     sent: Instant,
 }
 
-/// The handler of an export subscriber.
+/// What every export's handler shares: the codec, and the JetStream ack window.
 struct Exporter<T, C> {
     link: Arc<LinkShared>,
-    topic: Arc<str>,
-    subject: Subject,
     codec: C,
     /// JetStream: the ack window.
     acks: Option<(mpsc::Sender<Pending>, Arc<AtomicU64>)>,
@@ -49,7 +47,7 @@ struct Exporter<T, C> {
 }
 
 impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
-    async fn export(&self, msg: &T) -> Result<(), ExportError> {
+    async fn export(&self, topic: &str, subject: &Subject, msg: &T) -> Result<(), ExportError> {
         if self.codec.is_imported(msg) {
             add(&self.link.counters.echo_skipped);
             return Ok(());
@@ -58,7 +56,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         let message = encode(
             &self.codec,
             msg,
-            &self.topic,
+            topic,
             origin,
             self.link.max_message_bytes,
             self.body_size.load(Ordering::Relaxed),
@@ -68,13 +66,13 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             None => {
                 self.link
                     .client
-                    .publish_with_headers(self.subject.clone(), message.headers, message.body)
+                    .publish_with_headers(subject.clone(), message.headers, message.body)
                     .await
                     .map_err(|e| ExportError::Send(e.to_string()))?;
             }
             Some((window, pending)) => {
                 let sent = Instant::now();
-                let ack = publish_js(&self.link, &self.subject, &message, sent).await?;
+                let ack = publish_js(&self.link, subject, &message, sent).await?;
                 pending.fetch_add(1, Ordering::Relaxed);
                 // Waits while the window is full: backpressure into the bus.
                 if window.send(Pending { ack, message, sent }).await.is_err() {
@@ -86,31 +84,71 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         add(&self.link.counters.exported);
         Ok(())
     }
-}
 
-impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for Exporter<T, C> {
     /// Exports each message of `batch` in order. A message that fails is counted and logged
     /// and costs only itself; the batch's result is the first failure.
-    #[allow(clippy::manual_async_fn)]
+    async fn export_batch(
+        &self,
+        topic: &str,
+        subject: &Subject,
+        batch: Batch<'_, T>,
+    ) -> Result<(), HandlerError> {
+        let mut first_error: Option<ExportError> = None;
+        for msg in batch.iter() {
+            if let Err(e) = self.export(topic, subject, msg).await {
+                self.failed(topic, &e);
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), |e| Err(HandlerError::new(e)))
+    }
+
+    /// Counts and logs a message that was not exported.
+    fn failed(&self, topic: &str, error: &ExportError) {
+        add(&self.link.counters.export_errors);
+        tracing::warn!(topic, error = %error, "ringbus-nats: message not exported");
+    }
+}
+
+/// The handler of one topic's export.
+struct TopicExport<T, C> {
+    topic: Arc<str>,
+    subject: Subject,
+    exporter: Exporter<T, C>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C> {
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        self.exporter
+            .export_batch(&self.topic, &self.subject, batch)
+    }
+}
+
+/// The handler of a pattern's core export: each batch to the subject its topic names.
+impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T, C> {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
         async move {
-            let mut first_error: Option<ExportError> = None;
-            for msg in batch.iter() {
-                if let Err(e) = self.export(msg).await {
-                    add(&self.link.counters.export_errors);
-                    tracing::warn!(
-                        topic = %self.topic,
-                        subject = %self.subject,
-                        error = %e,
-                        "ringbus-nats: message not exported"
-                    );
-                    first_error.get_or_insert(e);
+            match crate::subject::subject(&self.link.prefix, topic) {
+                Ok(subject) => {
+                    self.export_batch(topic, &Subject::from(subject), batch)
+                        .await
+                }
+                Err(e) => {
+                    let e = ExportError::Send(e.to_string());
+                    for _ in 0..batch.len() {
+                        self.failed(topic, &e);
+                    }
+                    Err(HandlerError::new(e))
                 }
             }
-            first_error.map_or(Ok(()), |e| Err(HandlerError::new(e)))
         }
     }
 }
@@ -245,14 +283,16 @@ where
             (Some((tx, pending.clone())), Some((acker, pending)))
         }
     };
-    let exporter = Exporter::<T, C> {
-        link: link.clone(),
+    let exporter = TopicExport {
         topic: topic.clone(),
         subject,
-        codec,
-        acks,
-        body_size: AtomicUsize::new(0),
-        _message: PhantomData,
+        exporter: Exporter::<T, C> {
+            link: link.clone(),
+            codec,
+            acks,
+            body_size: AtomicUsize::new(0),
+            _message: PhantomData,
+        },
     };
     let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));
     let subscription = match link.bus.subscribe_batch(&topic, options, exporter) {
@@ -269,5 +309,35 @@ where
         topic: topic.to_string(),
         subscription,
         acker,
+    })
+}
+
+/// Starts exporting every topic `pattern` matches, present and future, over core NATS: each
+/// to the subject `<prefix>.<topic>`.
+pub(crate) fn start_pattern<T, C>(
+    link: &Arc<LinkShared>,
+    pattern: &str,
+    codec: C,
+) -> Result<ExportTask, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let exporter = Exporter::<T, C> {
+        link: link.clone(),
+        codec,
+        acks: None,
+        body_size: AtomicUsize::new(0),
+        _message: PhantomData,
+    };
+    let options = SubscribeOptions::new().name(format!("nats-export:{pattern}"));
+    let subscription = link
+        .bus
+        .subscribe_pattern_batch(pattern, options, exporter)?;
+    tracing::info!(pattern, "ringbus-nats: exporting a pattern");
+    Ok(ExportTask {
+        topic: pattern.to_string(),
+        subscription,
+        acker: None,
     })
 }

@@ -378,6 +378,50 @@ impl Link {
         self.inner.runtime.add_export(topic, start).await
     }
 
+    /// Sends every message of every local topic that `pattern` matches, present and future,
+    /// to core NATS, JSON-encoded: each to the subject `<prefix>.<topic>`. A pattern is
+    /// NATS-style (see [`ringbus::Pattern`]); each matching topic is exported as
+    /// [`export`](Self::export) exports one, in its order, from the moment this returns (or
+    /// the moment the topic is made).
+    ///
+    /// A topic already exported by name, or by a pattern that shares a topic with this one,
+    /// is [`LinkError::AlreadyLinked`]: no message goes out twice. A matching topic of another
+    /// type refuses the export ([`LinkError::Bus`]); one made later with another type is
+    /// refused at its making. JetStream exports are per topic.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, it leaves nothing linked.
+    ///
+    /// ```no_run
+    /// # async fn demo(link: ringbus_nats::Link) -> Result<(), ringbus_nats::LinkError> {
+    /// // orders.eu.created, orders.us.paid, ...: each to `<prefix>.<topic>`.
+    /// link.export_pattern::<String>("orders.>").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn export_pattern<T>(&self, pattern: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.export_pattern_with(pattern, Json).await
+    }
+
+    /// As [`export_pattern`](Self::export_pattern), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`export_pattern`](Self::export_pattern).
+    pub async fn export_pattern_with<T, C>(&self, pattern: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        subject::check_pattern(pattern)?;
+        let start = async { export::start_pattern::<T, C>(&self.inner, pattern, codec) };
+        self.inner.runtime.add_export(pattern, start).await
+    }
+
     /// Publishes every message arriving on the subject of `topic` into the local topic,
     /// JSON-decoded; the local subscribers handle it as any other message.
     ///

@@ -103,6 +103,32 @@ impl Pattern {
         names.next().is_none()
     }
 
+    /// Whether some topic name matches both patterns (a plain name is a pattern that matches
+    /// itself alone): `orders.*` and `*.eu` overlap (on `orders.eu`), `orders.*` and
+    /// `orders.>` too, `orders.*` and `orders.*.paid` do not.
+    ///
+    /// ```
+    /// use ringbus::Pattern;
+    ///
+    /// let p = |s| Pattern::parse(s).unwrap();
+    /// assert!(p("orders.*").overlaps(&p("*.eu")));
+    /// assert!(p("orders.>").overlaps(&p("orders.eu.paid")));
+    /// assert!(!p("orders.*").overlaps(&p("orders.*.paid")));
+    /// assert!(!p("orders.>").overlaps(&p("orders")));
+    /// ```
+    pub fn overlaps(&self, other: &Pattern) -> bool {
+        let (mut a, mut b) = (self.text.split('.'), other.text.split('.'));
+        loop {
+            match (a.next(), b.next()) {
+                // `>` takes every token left, at least one: the other has one here.
+                (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+                (Some(x), Some(y)) if x == y || x == "*" || y == "*" => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+
     /// The pattern as written, shared.
     pub(crate) fn text(&self) -> &Arc<str> {
         &self.text
@@ -507,6 +533,27 @@ impl fmt::Debug for PatternShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlapping_is_symmetric_and_follows_the_tokens() {
+        let cases = [
+            ("orders.*", "*.eu", true),
+            ("orders.*", "orders.>", true),
+            ("orders.>", "*.*.paid", true),
+            ("orders.eu", "orders.eu", true),
+            (">", "a.b.c", true),
+            ("orders.*", "orders.*.paid", false),
+            ("orders.>", "orders", false),
+            ("orders.eu", "orders.us", false),
+            ("a.*.c", "a.b.d", false),
+            ("*", "a.b", false),
+        ];
+        for (a, b, overlap) in cases {
+            let (a, b) = (Pattern::parse(a).unwrap(), Pattern::parse(b).unwrap());
+            assert_eq!(a.overlaps(&b), overlap, "{a} {b}");
+            assert_eq!(b.overlaps(&a), overlap, "{b} {a}");
+        }
+    }
 
     #[test]
     fn matching_follows_nats_tokens() {

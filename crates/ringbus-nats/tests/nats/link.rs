@@ -602,3 +602,65 @@ async fn a_pattern_import_brings_every_matching_topic_in() {
     assert!(topics.iter().any(|t| t == "orders.eu.paid"), "{topics:?}");
     assert!(!topics.iter().any(|t| t == "billing"), "{topics:?}");
 }
+
+/// A pattern export sends every matching topic, made before or after it, each to its own
+/// subject and in its order, and nothing else; a name or pattern it shares a topic with is
+/// not exported again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_export_sends_every_matching_topic_out() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let (remote, local) = (Bus::new(), Bus::new());
+    remote.topic::<u64>("orders.eu").unwrap();
+    let out = Link::builder(server.url()).connect(&remote).await.unwrap();
+    assert!(matches!(
+        out.export_pattern::<u64>("orders..x").await,
+        Err(LinkError::BadName { .. })
+    ));
+    out.export_pattern::<u64>("orders.*").await.unwrap();
+    let already = |r: Result<(), LinkError>| matches!(r, Err(LinkError::AlreadyLinked { .. }));
+    assert!(already(out.export::<u64>("orders.eu", Mode::Core).await));
+    assert!(already(out.export_pattern::<u64>("*.us").await));
+    assert!(already(out.export_pattern::<u64>("orders.>").await));
+    // A matching topic of another type refuses the next pattern export at once.
+    remote.topic::<String>("jobs.text").unwrap();
+    assert!(matches!(
+        out.export_pattern::<u64>("jobs.*").await,
+        Err(LinkError::Bus(ringbus::Error::PatternMismatch(_)))
+    ));
+
+    let inbound = Link::builder(server.url()).connect(&local).await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = local
+        .subscribe_pattern(">", move |topic: &str, n: &u64| {
+            let _ = tx.send((topic.to_string(), *n));
+            async {}
+        })
+        .unwrap();
+    inbound.import_pattern::<u64>(">").await.unwrap();
+    for i in 0..10u64 {
+        remote.publish("orders.eu", 100 + i).await.unwrap();
+        remote.publish("orders.us", 200 + i).await.unwrap(); // made by this publish
+        remote.publish("orders.eu.paid", i).await.unwrap();
+        remote.publish("billing", i).await.unwrap();
+    }
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        got.push(recv(&mut rx).await);
+    }
+    for (topic, base) in [("orders.eu", 100), ("orders.us", 200)] {
+        let seen: Vec<u64> = got
+            .iter()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(seen, (base..base + 10).collect::<Vec<_>>(), "{topic}");
+    }
+    assert!(out.close(WAIT).await.complete);
+    assert_eq!(out.stats().exported, 20);
+    assert!(inbound.close(WAIT).await.complete);
+    local.close().await;
+    remote.close().await;
+    assert!(rx.try_recv().is_err(), "{:?}", rx.try_recv());
+}
