@@ -3,7 +3,8 @@
 //! through a `nats-server`, JetStream, Redis Streams through a `redis-server`, and RabbitMQ
 //! through a `rabbitmq-server`. What every link promises is checked on all of them; what an
 //! at-least-once link promises (redelivery, dead letters, dedup, no loss across a server kill)
-//! on JetStream, Redis and RabbitMQ; pattern imports on every transport that has them.
+//! on JetStream, Redis and RabbitMQ; pattern exports and imports on every transport that has
+//! them.
 //!
 //! `cargo test -p ringbus-conformance` runs it. Cases over a server the machine does not have
 //! skip with a `SKIPPED:` line, unless `REQUIRE_NATS=1` / `REQUIRE_REDIS=1` /

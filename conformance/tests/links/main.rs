@@ -3,8 +3,8 @@
 //! JetStream, over Redis Streams through a `redis-server`, and over RabbitMQ through a
 //! `rabbitmq-server`. Each case checks the promises its transport makes (see each engine's
 //! crate docs): what every link promises on all six; what an at-least-once link promises on
-//! JetStream, Redis and RabbitMQ; pattern imports where the transport has them (all but
-//! JetStream and Redis).
+//! JetStream, Redis and RabbitMQ; pattern exports and imports where the transport has them
+//! (all but JetStream and Redis).
 //!
 //! Every server case starts its own server on 127.0.0.1; without the binary that transport's
 //! cases skip with a message (the others still run), unless `REQUIRE_NATS=1` /

@@ -593,8 +593,9 @@ impl Pair {
     }
 }
 
-/// A publisher side exporting some topics and a subscriber side importing a topic pattern:
-/// the subscriber bus's pattern subscriber sees `(topic, n)` of each message.
+/// A publisher side exporting every topic (the pattern `>`, topics made later included) and a
+/// subscriber side importing a topic pattern: the subscriber bus's pattern subscriber sees
+/// `(topic, n)` of each message.
 pub(crate) struct PatternPair {
     pub(crate) kind: Kind,
     _server: Option<Server>,
@@ -605,9 +606,9 @@ pub(crate) struct PatternPair {
 }
 
 impl PatternPair {
-    /// `topics` exported, `pattern` imported and subscribed to; `None` when the transport
-    /// must skip, or has no pattern import.
-    pub(crate) async fn new(kind: Kind, topics: &[&str], pattern: &str) -> Option<PatternPair> {
+    /// `pattern` imported and subscribed to; `None` when the transport must skip, or has no
+    /// pattern import.
+    pub(crate) async fn new(kind: Kind, pattern: &str) -> Option<PatternPair> {
         if !kind.imports_patterns() {
             return None;
         }
@@ -628,9 +629,7 @@ impl PatternPair {
                     rabbit_link(url.clone(), &subscriber).await,
                 );
                 s.import_pattern::<Msg>(pattern).await.unwrap();
-                for topic in topics {
-                    p.export::<Msg>(topic).await.unwrap();
-                }
+                p.export_pattern::<Msg>(">").await.unwrap();
                 vec![AnyLink::Rabbit(p, url.clone()), AnyLink::Rabbit(s, url)]
             }
             Some(Server::Memory(_) | Server::Nats(_)) => {
@@ -644,11 +643,7 @@ impl PatternPair {
                     nats_link(url, &subscriber).await,
                 );
                 s.import_pattern::<Msg>(pattern).await.unwrap();
-                for topic in topics {
-                    p.export::<Msg>(topic, ringbus_nats::Mode::Core)
-                        .await
-                        .unwrap();
-                }
+                p.export_pattern::<Msg>(">").await.unwrap();
                 vec![AnyLink::Nats(p), AnyLink::Nats(s)]
             }
             Some(Server::Redis(_)) => unreachable!("Redis imports no pattern"),

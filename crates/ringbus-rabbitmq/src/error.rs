@@ -3,6 +3,30 @@
 
 pub use ringbus_link::LinkError;
 
+/// Checks a topic pattern ([`ringbus::Pattern`]) an exchange binding can carry: no AMQP `#`,
+/// no whitespace or control characters.
+pub(crate) fn check_pattern(pattern: &str) -> Result<ringbus::Pattern, LinkError> {
+    let refuse = |reason| LinkError::BadName {
+        what: "topic pattern",
+        name: pattern.escape_debug().to_string(),
+        reason,
+    };
+    if pattern.contains('#') {
+        return Err(refuse(
+            "`#` is AMQP's wildcard: write `>` for the rest of the tokens",
+        ));
+    }
+    if pattern.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(refuse("it contains whitespace or a control character"));
+    }
+    ringbus::Pattern::parse(pattern).map_err(|e| {
+        refuse(match e {
+            ringbus::Error::InvalidPattern { reason, .. } => reason,
+            _ => "it is not a topic pattern",
+        })
+    })
+}
+
 /// Checks a name used in an exchange, a queue or a routing key: not empty, no whitespace or
 /// control characters, none of AMQP's topic wildcards (`*`, `#`), at most 200 bytes; and no
 /// `.` but in a topic, so that a queue name `<prefix>.<group>.<topic>` is made of one set of

@@ -20,7 +20,7 @@ use futures_util::future::maybe_done;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Channel;
 use lapin::Confirmation;
-use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, TopicBatchHandler};
 use ringbus_link::engine::SubscribedExport;
 use ringbus_link::Codec;
 use tokio::time::Instant;
@@ -89,21 +89,31 @@ async fn in_order<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
         .collect()
 }
 
-/// The handler of an export subscriber.
+/// What an export's handler holds: the codec and its channel. A topic's export is one
+/// ([`TopicExport`]); a pattern's is one for all its topics.
 struct Exporter<T, C> {
     link: Arc<LinkShared>,
-    topic: Arc<str>,
     codec: C,
-    /// The channel the last batch went out on, kept while it works. The subscriber calls
-    /// its handler once at a time, so the lock is never contended.
+    /// The channel the last batch went out on, kept while it works. A topic's subscriber
+    /// calls its handler once at a time; a pattern's topics take turns (one batch's confirms
+    /// awaited at a time on one channel).
     channel: tokio::sync::Mutex<Option<Channel>>,
     _message: PhantomData<fn(&T)>,
 }
 
 impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
+    fn new(link: &Arc<LinkShared>, codec: C) -> Self {
+        Self {
+            link: link.clone(),
+            codec,
+            channel: tokio::sync::Mutex::new(None),
+            _message: PhantomData,
+        }
+    }
+
     /// Publishes `batch` and waits for its confirms. `Err` names the first message that was
     /// not stored (each one is counted and logged).
-    async fn export(&self, batch: Batch<'_, T>) -> Result<(), ExportError> {
+    async fn export(&self, topic: &str, batch: Batch<'_, T>) -> Result<(), ExportError> {
         let link = &self.link;
         let mut first_error = None;
         let mut pending: Vec<(Outgoing, Vec<u8>)> = Vec::with_capacity(batch.len());
@@ -116,13 +126,13 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             match encode(
                 &self.codec,
                 msg,
-                &self.topic,
+                topic,
                 &link.id,
                 link.max_message_bytes,
                 &mut body,
             ) {
                 Ok(message) => pending.push((message, body)),
-                Err(e) => self.failed(&mut first_error, None, e),
+                Err(e) => self.failed(topic, &mut first_error, None, e),
             }
         }
         let started = Instant::now();
@@ -130,7 +140,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         let mut channel = self.channel.lock().await;
         while !pending.is_empty() {
             let lost = match self
-                .send(&mut channel, &mut pending, &mut first_error)
+                .send(topic, &mut channel, &mut pending, &mut first_error)
                 .await
             {
                 Ok(()) => break,
@@ -140,12 +150,12 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             if started.elapsed() >= link.queues.publish_retry_for {
                 for (message, _) in pending.drain(..) {
                     let error = ExportError::Send(lost.clone());
-                    self.failed(&mut first_error, Some(&message.id), error);
+                    self.failed(topic, &mut first_error, Some(&message.id), error);
                 }
                 break;
             }
             add(&link.counters.export_retries);
-            tracing::debug!(topic = %self.topic, messages = pending.len(), error = %lost, "ringbus-rabbitmq: publishing again after a lost connection");
+            tracing::debug!(topic, messages = pending.len(), error = %lost, "ringbus-rabbitmq: publishing again after a lost connection");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
@@ -157,6 +167,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     /// when the channel failed: what is left in `pending` goes again.
     async fn send(
         &self,
+        topic: &str,
         channel: &mut Option<Channel>,
         pending: &mut Vec<(Outgoing, Vec<u8>)>,
         first_error: &mut Option<ExportError>,
@@ -177,7 +188,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         let publishes = pending.iter().map(|(message, body)| {
             ch.basic_publish(
                 link.prefix.as_str().into(),
-                (*self.topic).into(),
+                topic.into(),
                 BasicPublishOptions::default(),
                 body,
                 message.properties.clone(),
@@ -197,7 +208,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 Ok(Confirmation::Nack(_)) => {
                     let id = pending[settled].0.id.clone();
                     let refused = ExportError::Send("RabbitMQ refused it (a nack)".into());
-                    self.failed(first_error, Some(&id), refused);
+                    self.failed(topic, first_error, Some(&id), refused);
                 }
                 Err(e) => {
                     result = Err(e.to_string());
@@ -211,20 +222,47 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     }
 
     /// Counts and logs a message that was not exported; keeps the batch's first error.
-    fn failed(&self, first: &mut Option<ExportError>, id: Option<&str>, error: ExportError) {
+    fn failed(
+        &self,
+        topic: &str,
+        first: &mut Option<ExportError>,
+        id: Option<&str>,
+        error: ExportError,
+    ) {
         add(&self.link.counters.export_errors);
-        tracing::warn!(topic = %self.topic, id, error = %error, "ringbus-rabbitmq: message not exported");
+        tracing::warn!(topic, id, error = %error, "ringbus-rabbitmq: message not exported");
         first.get_or_insert(error);
     }
 }
 
-impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for Exporter<T, C> {
+/// The handler of one topic's export.
+struct TopicExport<T, C> {
+    topic: Arc<str>,
+    exporter: Exporter<T, C>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C> {
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move { self.export(batch).await.map_err(HandlerError::new) }
+        async move {
+            let exported = self.exporter.export(&self.topic, batch).await;
+            exported.map_err(HandlerError::new)
+        }
+    }
+}
+
+/// The handler of a pattern's export: each batch under its own topic's routing key.
+impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T, C> {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move { self.export(topic, batch).await.map_err(HandlerError::new) }
     }
 }
 
@@ -238,12 +276,9 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let exporter = Exporter::<T, C> {
-        link: link.clone(),
+    let exporter = TopicExport {
         topic: Arc::from(topic),
-        codec,
-        channel: tokio::sync::Mutex::new(None),
-        _message: PhantomData,
+        exporter: Exporter::<T, C>::new(link, codec),
     };
     let options = SubscribeOptions::new().name(format!("rabbitmq-export:{topic}"));
     let subscription = link.bus.subscribe_batch(topic, options, exporter)?;
@@ -251,6 +286,30 @@ where
     Ok(SubscribedExport {
         engine: "ringbus-rabbitmq",
         topic: topic.to_string(),
+        subscription,
+    })
+}
+
+/// Starts exporting every topic `pattern` matches, present and future, each under its own
+/// routing key.
+pub(crate) fn start_pattern<T, C>(
+    link: &Arc<LinkShared>,
+    pattern: &str,
+    codec: C,
+) -> Result<SubscribedExport, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let exporter = Exporter::<T, C>::new(link, codec);
+    let options = SubscribeOptions::new().name(format!("rabbitmq-export:{pattern}"));
+    let subscription = link
+        .bus
+        .subscribe_pattern_batch(pattern, options, exporter)?;
+    tracing::info!(pattern, exchange = %link.prefix, "ringbus-rabbitmq: exporting a pattern");
+    Ok(SubscribedExport {
+        engine: "ringbus-rabbitmq",
+        topic: pattern.to_string(),
         subscription,
     })
 }

@@ -14,7 +14,7 @@ use ringbus_link::ids::next_link_id;
 use ringbus_link::{Codec, Json, LONGEST_WAIT};
 
 use crate::conn::Conn;
-use crate::error::{check_name, LinkError};
+use crate::error::{check_name, check_pattern, LinkError};
 use crate::options::QueueOptions;
 use crate::shared::LinkShared;
 use crate::stats::{Counters, LinkCloseReport, LinkStats};
@@ -262,6 +262,45 @@ impl Link {
         self.inner.runtime.add_export(topic, start).await
     }
 
+    /// Sends every message of every local topic that `pattern` matches, present and future,
+    /// to the topic exchange, JSON-encoded, each under its topic's routing key: as
+    /// [`export`](Self::export) sends one topic, in its order, from the moment this returns
+    /// (or the moment the topic is made). A pattern is NATS-style (see [`ringbus::Pattern`]).
+    /// The pattern's topics share one confirm channel, a batch at a time.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::BadName`] for a malformed pattern (or one with AMQP's `#`);
+    /// [`LinkError::AlreadyLinked`] if this link exports a topic the pattern matches, by name
+    /// or by another pattern; [`LinkError::Bus`] if a matching topic carries another type
+    /// (one made later with another type is refused at its making).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, it leaves nothing linked.
+    pub async fn export_pattern<T>(&self, pattern: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.export_pattern_with(pattern, Json).await
+    }
+
+    /// As [`export_pattern`](Self::export_pattern), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`export_pattern`](Self::export_pattern).
+    pub async fn export_pattern_with<T, C>(&self, pattern: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        check_pattern(pattern)?;
+        let start = async { export::start_pattern::<T, C>(&self.inner, pattern, codec) };
+        self.inner.runtime.add_export(pattern, start).await
+    }
+
     /// Publishes every message of the queue `<prefix>.<group>.<topic>` into the local topic,
     /// JSON-decoded, with the group [`QueueOptions::group`].
     ///
@@ -400,25 +439,7 @@ impl Link {
         T: Send + Sync + 'static,
         C: Codec<T>,
     {
-        let refuse = |reason| LinkError::BadName {
-            what: "topic pattern",
-            name: pattern.escape_debug().to_string(),
-            reason,
-        };
-        if pattern.contains('#') {
-            return Err(refuse(
-                "`#` is AMQP's wildcard: write `>` for the rest of the tokens",
-            ));
-        }
-        if pattern.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(refuse("it contains whitespace or a control character"));
-        }
-        let parsed = ringbus::Pattern::parse(pattern).map_err(|e| {
-            refuse(match e {
-                ringbus::Error::InvalidPattern { reason, .. } => reason,
-                _ => "it is not a topic pattern",
-            })
-        })?;
+        let parsed = check_pattern(pattern)?;
         self.check_queue_names(pattern, group)?;
         let start = import::start_pattern::<T, C>(&self.inner, parsed, group, codec);
         self.inner.runtime.add_import(pattern, start).await
