@@ -59,18 +59,22 @@ impl Claims {
     pub fn claim(&self, topic: &str, direction: &'static str) -> Option<Claim<'_>> {
         let key = (topic.to_string(), direction);
         let mut linked = self.linked();
-        // A name and a pattern (or two patterns) that share a topic would link it twice.
-        if let Ok(new) = ringbus::Pattern::parse(topic) {
-            let overlaps = |(name, way): &(String, &str)| {
-                *way == direction && ringbus::Pattern::parse(name).is_ok_and(|p| p.overlaps(&new))
-            };
-            if linked.iter().any(overlaps) {
-                return None;
-            }
-        }
-        if !linked.insert(key.clone()) {
+        // A name and a pattern (or two patterns) that share a topic would link it twice. A
+        // name that is no pattern (`a..b`, which some engines take) is a topic of its own.
+        let new = ringbus::Pattern::parse(topic).ok();
+        let shares = |name: &str| match (ringbus::Pattern::parse(name).ok(), &new) {
+            (Some(old), Some(new)) => old.overlaps(new),
+            (Some(old), None) => old.matches(topic),
+            (None, Some(new)) => new.matches(name),
+            (None, None) => name == topic,
+        };
+        if linked
+            .iter()
+            .any(|(name, way)| *way == direction && shares(name))
+        {
             return None;
         }
+        linked.insert(key.clone());
         drop(linked);
         Some(Claim {
             claims: self,
@@ -460,6 +464,19 @@ impl<E: Export> Runtime<E> {
     }
 }
 
+/// Parses a topic pattern a link is asked to export or import ([`ringbus::Pattern`]), or
+/// says why it is not one ([`LinkError::BadName`]).
+pub fn parse_pattern(pattern: &str) -> Result<ringbus::Pattern, LinkError> {
+    ringbus::Pattern::parse(pattern).map_err(|e| LinkError::BadName {
+        what: "topic pattern",
+        name: pattern.escape_debug().to_string(),
+        reason: match e {
+            ringbus::Error::InvalidPattern { reason, .. } => reason,
+            _ => "it is not a topic pattern",
+        },
+    })
+}
+
 /// Refuses to link `topic` both ways with a `codec` that does not record which messages were
 /// imported: each message would go out and come back forever.
 pub fn refuse_echo<T, C: Codec<T>>(topic: &str, codec: &C) -> Result<(), LinkError> {
@@ -527,6 +544,12 @@ mod tests {
         claims.claim("orders", "export").unwrap().keep();
         assert!(claims.claim("orders.us.paid", "export").is_none());
         assert!(claims.claim("orders.eu.x", "import").is_none());
+        // A name that is no pattern is still a topic a pattern may cover.
+        claims.claim("x.a>b", "import").unwrap().keep();
+        assert!(claims.claim("x.*", "import").is_none());
+        assert!(claims.claim("x.a>b", "import").is_none());
+        claims.claim("y..z", "import").unwrap().keep();
+        assert!(claims.claim("y..z", "import").is_none());
         // A claim given back frees what it covered.
         drop(claims.claim("billing.*", "export"));
         claims.claim("billing.x", "export").unwrap().keep();

@@ -245,9 +245,7 @@ impl<T: Send + Sync + 'static> Local<T> {
                 .map_err(|e| format!("the local topic {name:?} refused it: {e}"))?;
             self.named.insert(name.into(), topic);
         }
-        self.named
-            .get(name)
-            .ok_or_else(|| format!("the local topic {name:?} was not kept"))
+        Ok(&self.named[name])
     }
 }
 

@@ -40,9 +40,7 @@ pub(crate) fn check_pattern(s: &str) -> Result<(), LinkError> {
         name: s.escape_debug().to_string(),
         reason,
     };
-    if let Err(ringbus::Error::InvalidPattern { reason, .. }) = ringbus::Pattern::parse(s) {
-        return Err(bad(reason));
-    }
+    ringbus_link::engine::parse_pattern(s)?;
     if s.len() > 256 {
         return Err(bad("it is longer than 256 bytes"));
     }

@@ -19,12 +19,7 @@ pub(crate) fn check_pattern(pattern: &str) -> Result<ringbus::Pattern, LinkError
     if pattern.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(refuse("it contains whitespace or a control character"));
     }
-    ringbus::Pattern::parse(pattern).map_err(|e| {
-        refuse(match e {
-            ringbus::Error::InvalidPattern { reason, .. } => reason,
-            _ => "it is not a topic pattern",
-        })
-    })
+    ringbus_link::engine::parse_pattern(pattern)
 }
 
 /// Checks a name used in an exchange, a queue or a routing key: not empty, no whitespace or

@@ -10,8 +10,10 @@
 //! importers' dedup window drops. A message that cannot be encoded, or that RabbitMQ refuses
 //! (a nack), is counted in `export_errors` and logged; the others of its batch still go.
 
+use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -25,7 +27,7 @@ use ringbus_link::engine::SubscribedExport;
 use ringbus_link::Codec;
 use tokio::time::Instant;
 
-use crate::error::LinkError;
+use crate::error::{check_name, LinkError};
 use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{encode, ExportError, Outgoing};
@@ -89,31 +91,34 @@ async fn in_order<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
         .collect()
 }
 
-/// What an export's handler holds: the codec and its channel. A topic's export is one
-/// ([`TopicExport`]); a pattern's is one for all its topics.
+/// What every export's handler shares: the link and the codec.
 struct Exporter<T, C> {
     link: Arc<LinkShared>,
     codec: C,
-    /// The channel the last batch went out on, kept while it works. A topic's subscriber
-    /// calls its handler once at a time; a pattern's topics take turns (one batch's confirms
-    /// awaited at a time on one channel).
-    channel: tokio::sync::Mutex<Option<Channel>>,
     _message: PhantomData<fn(&T)>,
 }
+
+/// The channel a topic's last batch went out on, kept while it works. A topic's subscriber
+/// calls its handler once at a time, so the lock is never contended.
+type ChannelSlot = tokio::sync::Mutex<Option<Channel>>;
 
 impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     fn new(link: &Arc<LinkShared>, codec: C) -> Self {
         Self {
             link: link.clone(),
             codec,
-            channel: tokio::sync::Mutex::new(None),
             _message: PhantomData,
         }
     }
 
     /// Publishes `batch` and waits for its confirms. `Err` names the first message that was
     /// not stored (each one is counted and logged).
-    async fn export(&self, topic: &str, batch: Batch<'_, T>) -> Result<(), ExportError> {
+    async fn export(
+        &self,
+        topic: &str,
+        slot: &ChannelSlot,
+        batch: Batch<'_, T>,
+    ) -> Result<(), ExportError> {
         let link = &self.link;
         let mut first_error = None;
         let mut pending: Vec<(Outgoing, Vec<u8>)> = Vec::with_capacity(batch.len());
@@ -137,7 +142,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         }
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
-        let mut channel = self.channel.lock().await;
+        let mut channel = slot.lock().await;
         while !pending.is_empty() {
             let lost = match self
                 .send(topic, &mut channel, &mut pending, &mut first_error)
@@ -238,6 +243,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
 /// The handler of one topic's export.
 struct TopicExport<T, C> {
     topic: Arc<str>,
+    channel: ChannelSlot,
     exporter: Exporter<T, C>,
 }
 
@@ -248,21 +254,50 @@ impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
         async move {
-            let exported = self.exporter.export(&self.topic, batch).await;
+            let exported = self
+                .exporter
+                .export(&self.topic, &self.channel, batch)
+                .await;
             exported.map_err(HandlerError::new)
         }
     }
 }
 
-/// The handler of a pattern's export: each batch under its own topic's routing key.
-impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T, C> {
+/// The handler of a pattern's export: each batch under its own topic's routing key, on the
+/// topic's own channel (a topic retrying after a lost connection holds up no other).
+struct PatternExport<T, C> {
+    channels: std::sync::Mutex<HashMap<Arc<str>, Arc<ChannelSlot>>>,
+    exporter: Exporter<T, C>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for PatternExport<T, C> {
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
         topic: &'a str,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move { self.export(topic, batch).await.map_err(HandlerError::new) }
+        async move {
+            // A routing key is at most 255 bytes: a topic name the by-name export would
+            // refuse has its messages counted as not exported.
+            if let Err(e) = check_name(topic, "topic") {
+                let n = batch.len() as u64;
+                self.exporter
+                    .link
+                    .counters
+                    .export_errors
+                    .fetch_add(n, Ordering::Relaxed);
+                tracing::warn!(topic, error = %e, messages = n, "ringbus-rabbitmq: messages not exported");
+                return Err(HandlerError::new(e));
+            }
+            let slot = {
+                // Only looked up and inserted into: a panic cannot leave it inconsistent.
+                let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+                channels.entry(topic.into()).or_default().clone()
+            };
+            let exported = self.exporter.export(topic, &slot, batch).await;
+            exported.map_err(HandlerError::new)
+        }
     }
 }
 
@@ -278,6 +313,7 @@ where
 {
     let exporter = TopicExport {
         topic: Arc::from(topic),
+        channel: ChannelSlot::default(),
         exporter: Exporter::<T, C>::new(link, codec),
     };
     let options = SubscribeOptions::new().name(format!("rabbitmq-export:{topic}"));
@@ -301,7 +337,10 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let exporter = Exporter::<T, C>::new(link, codec);
+    let exporter = PatternExport {
+        channels: std::sync::Mutex::new(HashMap::new()),
+        exporter: Exporter::<T, C>::new(link, codec),
+    };
     let options = SubscribeOptions::new().name(format!("rabbitmq-export:{pattern}"));
     let subscription = link
         .bus

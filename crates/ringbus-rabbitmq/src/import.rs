@@ -44,16 +44,19 @@ use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{decode, earlier_deliveries, header, message_id, origin};
 
-/// Declares the durable queue `queue` and binds it to the link's exchange under `binding`
-/// (a topic, or a pattern in AMQP's syntax); declares the dead-letter queue of `name` (the
-/// topic or the pattern), bound the same way. Idempotent.
+/// Declares the durable queue `queue` and binds it to the link's exchange under `name` (a
+/// topic), or under `pattern` in AMQP's syntax; declares the dead-letter queue of `name`
+/// (the topic or the pattern), bound to the dead-letter exchange under the topic. A
+/// pattern's dead-letter queue is not bound: a wildcard binding would also take other
+/// imports' dead letters, so its import sends them to the queue itself. Idempotent.
 pub(crate) async fn declare(
     link: &LinkShared,
     channel: &Channel,
     queue: &str,
     name: &str,
-    binding: &str,
+    pattern: Option<&ringbus::Pattern>,
 ) -> Result<(), lapin::Error> {
+    let binding = pattern.map_or_else(|| name.to_string(), binding);
     let durable = QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()
@@ -65,7 +68,7 @@ pub(crate) async fn declare(
         .queue_bind(
             queue.into(),
             link.prefix.as_str().into(),
-            binding.into(),
+            binding.as_str().into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -74,11 +77,14 @@ pub(crate) async fn declare(
     channel
         .queue_declare(dead.as_str().into(), durable, FieldTable::default())
         .await?;
+    if pattern.is_some() {
+        return Ok(());
+    }
     channel
         .queue_bind(
             dead.as_str().into(),
             link.dead_letter_prefix.as_str().into(),
-            binding.into(),
+            name.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -149,16 +155,14 @@ where
     C: Codec<T>,
 {
     let queue = link.queue(name, group);
-    let binding = pattern.as_ref().map_or_else(|| name.to_string(), binding);
     let channel = link.conn.channel().await.map_err(LinkError::connect)?;
-    declare(link, &channel, &queue, name, &binding)
+    declare(link, &channel, &queue, name, pattern.as_ref())
         .await
         .map_err(|e| LinkError::setup(e.to_string()))?;
     let import = Import {
         link: link.clone(),
         topic: name.to_string(),
         pattern,
-        binding,
         queue,
         publisher: tokio::sync::Mutex::new(None),
         waiting: Arc::new(Mutex::new(BTreeSet::new())),
@@ -168,7 +172,7 @@ where
         .consume(&channel)
         .await
         .map_err(|e| LinkError::setup(e.to_string()))?;
-    tracing::info!(topic = name, queue = %import.queue, binding = %import.binding, "ringbus-rabbitmq: importing");
+    tracing::info!(topic = name, queue = %import.queue, "ringbus-rabbitmq: importing");
     let reader = Reader {
         consumer: Some(consumer),
         generation: 0,
@@ -186,8 +190,6 @@ struct Import {
     topic: String,
     /// A pattern import's pattern: each message goes to the topic its routing key names.
     pattern: Option<ringbus::Pattern>,
-    /// The queue's binding key: the topic, or the pattern in AMQP's syntax.
-    binding: String,
     queue: String,
     /// The confirm channel dead letters go out on, made when first needed.
     publisher: tokio::sync::Mutex<Option<Channel>>,
@@ -294,7 +296,7 @@ impl Import {
                 &channel,
                 &self.queue,
                 &self.topic,
-                &self.binding,
+                self.pattern.as_ref(),
             )
             .await?;
             self.consume(&channel).await
@@ -526,20 +528,22 @@ impl Inbound for Import {
         let one_line: String = reason.chars().filter(|c| !c.is_control()).collect();
         headers.insert(DEAD_REASON.into(), AMQPValue::LongString(one_line.into()));
         let properties = delivery.properties.clone().with_headers(headers);
+        let pattern_queue;
+        let (exchange, key) = match &self.pattern {
+            None => (self.link.dead_letter_prefix.as_str(), self.topic.as_str()),
+            // Through the default exchange, straight to the pattern's own queue.
+            Some(_) => {
+                pattern_queue = self.link.dead_letter_queue(&self.topic);
+                ("", pattern_queue.as_str())
+            }
+        };
         let mut publisher = self.publisher.lock().await;
         let stored = async {
             let channel = match publisher.as_ref() {
                 Some(channel) => channel.clone(),
                 None => publisher.insert(confirm_channel(&self.link).await?).clone(),
             };
-            publish_confirmed(
-                &channel,
-                &self.link.dead_letter_prefix,
-                self.local_topic(taken).unwrap_or(&self.topic),
-                &delivery.data,
-                properties,
-            )
-            .await
+            publish_confirmed(&channel, exchange, key, &delivery.data, properties).await
         };
         match stored.await {
             Ok(true) => self.ack(std::slice::from_ref(taken)).await,

@@ -378,7 +378,7 @@ impl Link {
         C: Codec<T>,
     {
         check_name(topic, "topic")?;
-        self.check_queue_names(topic, group)?;
+        self.check_queue_names(topic, "topic", group)?;
         let start = import::start::<T, C>(&self.inner, topic, group, codec);
         self.inner.runtime.add_import(topic, start).await
     }
@@ -440,14 +440,19 @@ impl Link {
         C: Codec<T>,
     {
         let parsed = check_pattern(pattern)?;
-        self.check_queue_names(pattern, group)?;
+        self.check_queue_names(pattern, "topic pattern", group)?;
         let start = import::start_pattern::<T, C>(&self.inner, parsed, group, codec);
         self.inner.runtime.add_import(pattern, start).await
     }
 
-    /// Checks `group`, and that the queue names made for `name` (a topic or a pattern) fit
-    /// AMQP's 255 bytes.
-    fn check_queue_names(&self, name: &str, group: &str) -> Result<(), LinkError> {
+    /// Checks `group`, and that the queue names made for `name` (`what`: a topic or a
+    /// pattern) fit AMQP's 255 bytes.
+    fn check_queue_names(
+        &self,
+        name: &str,
+        what: &'static str,
+        group: &str,
+    ) -> Result<(), LinkError> {
         check_name(group, "group")?;
         for queue in [
             self.inner.queue(name, group),
@@ -455,7 +460,7 @@ impl Link {
         ] {
             if queue.len() > 255 {
                 return Err(LinkError::BadName {
-                    what: "topic",
+                    what,
                     name: name.escape_debug().to_string(),
                     reason: "a queue name it makes would be longer than AMQP's 255 bytes",
                 });

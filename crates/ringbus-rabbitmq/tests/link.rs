@@ -321,4 +321,34 @@ async fn a_pattern_import_brings_every_matching_topic_in() {
         assert!(!topics.iter().any(|t| t == unmatched), "{topics:?}");
     }
     assert_eq!(inbound.stats().bad_input, 1);
+    // The dead letter is in the pattern's own dead-letter queue, with its topic.
+    let queue = inbound.dead_letter_queue("orders.>").unwrap();
+    let dead = basic_get_all(&server, &queue).await;
+    assert_eq!(dead.len(), 1, "{queue}");
+    let topic =
+        dead[0]
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| match h.inner().get("Ringbus-Topic") {
+                Some(lapin::types::AMQPValue::LongString(s)) => Some(s.to_string()),
+                _ => None,
+            });
+    assert_eq!(topic.as_deref(), Some("orders.x.text"));
+}
+
+/// Takes every message of `queue`.
+async fn basic_get_all(server: &RabbitServer, queue: &str) -> Vec<lapin::message::Delivery> {
+    let properties = lapin::ConnectionProperties::default();
+    let connection = lapin::Connection::connect(&server.url(), properties)
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let mut got = Vec::new();
+    let no_ack = lapin::options::BasicGetOptions { no_ack: true };
+    while let Some(message) = channel.basic_get(queue.into(), no_ack).await.unwrap() {
+        got.push(message.delivery);
+    }
+    let _ = connection.close(200, "read".into()).await;
+    got
 }

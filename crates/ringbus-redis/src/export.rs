@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions};
+use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, TopicBatchHandler};
 use ringbus_link::engine::SubscribedExport;
 use ringbus_link::Codec;
 use tokio::time::Instant;
@@ -32,19 +32,29 @@ use crate::shared::LinkShared;
 use crate::stats::add;
 use crate::wire::{encode, fields, ExportError};
 
-/// The handler of an export subscriber.
+/// What an export's handler holds: the link and the codec. A topic's export is one
+/// ([`TopicExport`]); a pattern's is one for all its topics.
 struct Exporter<T, C> {
     link: Arc<LinkShared>,
-    topic: Arc<str>,
-    key: String,
     codec: C,
     _message: PhantomData<fn(&T)>,
 }
 
 impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
-    /// Adds `batch` to the stream: one pipelined XADD per message. `Err` names the first
-    /// message that was not stored (each one is counted and logged).
-    async fn export(&self, batch: Batch<'_, T>) -> Result<(), ExportError> {
+    /// Adds `batch` of `topic` to its stream `key`: one pipelined XADD per message. `Err`
+    /// names the first message that was not stored (each one is counted and logged).
+    async fn export(&self, topic: &str, key: &str, batch: Batch<'_, T>) -> Result<(), ExportError> {
+        let failed = |first: &mut Option<ExportError>, id: Option<&str>, error: ExportError| {
+            add(&self.link.counters.export_errors);
+            tracing::warn!(
+                topic,
+                stream = key,
+                id,
+                error = %error,
+                "ringbus-redis: message not exported"
+            );
+            first.get_or_insert(error);
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut ids = Vec::with_capacity(batch.len());
@@ -57,11 +67,11 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
             }
             match encode(&self.codec, msg, self.link.max_message_bytes, &mut body) {
                 Ok(message) => {
-                    let fields = fields(&message, &self.topic, &self.link.id, &body);
-                    pipe.add_command(xadd_cmd(&self.link, &self.key, fields));
+                    let fields = fields(&message, topic, &self.link.id, &body);
+                    pipe.add_command(xadd_cmd(&self.link, key, fields));
                     ids.push(message.id);
                 }
-                Err(e) => self.failed(&mut first_error, None, e),
+                Err(e) => failed(&mut first_error, None, e),
             }
         }
         if ids.is_empty() {
@@ -72,34 +82,19 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 for (result, id) in results.into_iter().zip(&ids) {
                     match result {
                         Ok(_entry) => add(&self.link.counters.exported),
-                        Err(e) => self.failed(
-                            &mut first_error,
-                            Some(id),
-                            ExportError::Send(e.to_string()),
-                        ),
+                        Err(e) => {
+                            failed(&mut first_error, Some(id), ExportError::Send(e.to_string()))
+                        }
                     }
                 }
             }
             Err(e) => {
                 for id in &ids {
-                    self.failed(&mut first_error, Some(id), ExportError::Send(e.clone()));
+                    failed(&mut first_error, Some(id), ExportError::Send(e.clone()));
                 }
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Counts and logs a message that was not exported; keeps the batch's first error.
-    fn failed(&self, first: &mut Option<ExportError>, id: Option<&str>, error: ExportError) {
-        add(&self.link.counters.export_errors);
-        tracing::warn!(
-            topic = %self.topic,
-            stream = %self.key,
-            id,
-            error = %error,
-            "ringbus-redis: message not exported"
-        );
-        first.get_or_insert(error);
     }
 }
 
@@ -169,13 +164,49 @@ async fn xadd_all(
     }
 }
 
-impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for Exporter<T, C> {
+/// The handler of one topic's export.
+struct TopicExport<T, C> {
+    topic: Arc<str>,
+    key: String,
+    exporter: Exporter<T, C>,
+}
+
+impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C> {
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
         &'a self,
         batch: Batch<'a, T>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move { self.export(batch).await.map_err(HandlerError::new) }
+        async move {
+            let exported = self.exporter.export(&self.topic, &self.key, batch).await;
+            exported.map_err(HandlerError::new)
+        }
+    }
+}
+
+/// The handler of a pattern's export: each batch to its own topic's stream.
+impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T, C> {
+    #[allow(clippy::manual_async_fn)]
+    fn call<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: Batch<'a, T>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move {
+            // A topic name a stream key cannot be made of: its messages are not exported.
+            if let Err(e) = crate::error::check_name(topic, "topic") {
+                let n = batch.len() as u64;
+                self.link
+                    .counters
+                    .export_errors
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(topic, error = %e, messages = batch.len(), "ringbus-redis: messages not exported");
+                return Err(HandlerError::new(e));
+            }
+            let key = self.link.stream_key(topic);
+            let exported = self.export(topic, &key, batch).await;
+            exported.map_err(HandlerError::new)
+        }
     }
 }
 
@@ -189,12 +220,14 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let exporter = Exporter::<T, C> {
-        link: link.clone(),
+    let exporter = TopicExport {
         topic: Arc::from(topic),
         key: link.stream_key(topic),
-        codec,
-        _message: PhantomData,
+        exporter: Exporter::<T, C> {
+            link: link.clone(),
+            codec,
+            _message: PhantomData,
+        },
     };
     let options = SubscribeOptions::new().name(format!("redis-export:{topic}"));
     let subscription = link.bus.subscribe_batch(topic, options, exporter)?;
@@ -202,6 +235,34 @@ where
     Ok(SubscribedExport {
         engine: "ringbus-redis",
         topic: topic.to_string(),
+        subscription,
+    })
+}
+
+/// Starts exporting every topic `pattern` matches, present and future, each to its own
+/// stream.
+pub(crate) fn start_pattern<T, C>(
+    link: &Arc<LinkShared>,
+    pattern: &str,
+    codec: C,
+) -> Result<SubscribedExport, LinkError>
+where
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let exporter = Exporter::<T, C> {
+        link: link.clone(),
+        codec,
+        _message: PhantomData,
+    };
+    let options = SubscribeOptions::new().name(format!("redis-export:{pattern}"));
+    let subscription = link
+        .bus
+        .subscribe_pattern_batch(pattern, options, exporter)?;
+    tracing::info!(pattern, "ringbus-redis: exporting a pattern");
+    Ok(SubscribedExport {
+        engine: "ringbus-redis",
+        topic: pattern.to_string(),
         subscription,
     })
 }

@@ -298,6 +298,47 @@ impl Link {
         self.inner.runtime.add_export(topic, start).await
     }
 
+    /// Adds the messages of every local topic that `pattern` matches, present and future, to
+    /// the topics' own streams `<prefix>:<topic>`, JSON-encoded: as [`export`](Self::export)
+    /// exports one topic, in its order, from the moment this returns (or the moment the topic
+    /// is made). A pattern is NATS-style (see [`ringbus::Pattern`]). A matching topic whose
+    /// name cannot be part of a stream key (whitespace, `:`, over 200 bytes) has its messages
+    /// counted in `export_errors`, not sent. (There is no pattern import: see
+    /// [`import`](Self::import).)
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::BadName`] for a malformed pattern; [`LinkError::AlreadyLinked`] if this
+    /// link exports a topic the pattern matches, by name or by another pattern;
+    /// [`LinkError::Bus`] if a matching topic carries another type.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, it leaves nothing linked.
+    pub async fn export_pattern<T>(&self, pattern: &str) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        Json: Codec<T>,
+    {
+        self.export_pattern_with(pattern, Json).await
+    }
+
+    /// As [`export_pattern`](Self::export_pattern), with another codec.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`export_pattern`](Self::export_pattern).
+    pub async fn export_pattern_with<T, C>(&self, pattern: &str, codec: C) -> Result<(), LinkError>
+    where
+        T: Send + Sync + 'static,
+        C: Codec<T>,
+    {
+        check_name(pattern, "topic pattern")?;
+        ringbus_link::engine::parse_pattern(pattern)?;
+        let start = async { export::start_pattern::<T, C>(&self.inner, pattern, codec) };
+        self.inner.runtime.add_export(pattern, start).await
+    }
+
     /// Publishes every message of the stream `<prefix>:<topic>` into the local topic,
     /// JSON-decoded, reading as a consumer of the group [`StreamOptions::group`].
     ///

@@ -32,7 +32,9 @@ use crate::topic::{AnyTopic, TopicInner};
 /// only) for every token left, at least one.
 ///
 /// [`Bus::subscribe_pattern`](crate::Bus::subscribe_pattern) parses its pattern with this;
-/// links use it to check and match theirs the same way.
+/// links use it to check and match theirs the same way. It is stricter than NATS, which takes
+/// a `*` or `>` inside a longer token (`ord*`) as a literal: here that is an error, so a
+/// pattern never means something else than it looks.
 ///
 /// ```
 /// use ringbus::Pattern;

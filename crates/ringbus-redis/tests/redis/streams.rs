@@ -649,3 +649,59 @@ async fn a_window_too_large_for_a_channel_is_taken_as_the_largest() {
     assert_eq!(got.ok().flatten(), Some(7));
     assert!(inn.close(WAIT).await.complete);
 }
+
+/// A pattern export adds every matching topic, made before or after it, to the topic's own
+/// stream in its order, and nothing else; a topic whose name cannot be part of a stream key
+/// is counted, not sent; a name the pattern covers is not exported again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_export_adds_each_matching_topic_to_its_stream() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    type Item = ringbus_redis::Envelope<u64>;
+    let bus = Bus::new();
+    bus.topic::<Item>("orders.eu").unwrap();
+    let l = link(&server, &bus, options()).await;
+    assert!(matches!(
+        l.export_pattern::<Item>("orders.>.x").await,
+        Err(LinkError::BadName { .. })
+    ));
+    l.export_pattern::<Item>("orders.*").await.unwrap();
+    assert!(matches!(
+        l.export::<Item>("orders.us").await,
+        Err(LinkError::AlreadyLinked { .. })
+    ));
+    for n in 0..5u64 {
+        let id = |topic: &str| format!("{topic}-{n}");
+        for topic in [
+            "orders.eu",
+            "orders.us",
+            "orders.eu.paid",
+            "billing",
+            "orders.a:b",
+        ] {
+            bus.publish(topic, Item::new(n).with_id(id(topic)))
+                .await
+                .unwrap();
+        }
+    }
+    assert!(l.close(WAIT).await.complete);
+    let stats = l.stats();
+    assert_eq!((stats.exported, stats.export_errors), (10, 5), "{stats:?}");
+    for topic in ["orders.eu", "orders.us"] {
+        let stored = entries(&l, &format!("s:{topic}")).await;
+        let ids: Vec<String> = stored.ids.iter().map(|e| field(e, "Ringbus-Id")).collect();
+        let sent: Vec<String> = (0..5).map(|n| format!("{topic}-{n}")).collect();
+        assert_eq!(ids, sent, "{topic}");
+        let topics: Vec<String> = stored
+            .ids
+            .iter()
+            .map(|e| field(e, "Ringbus-Topic"))
+            .collect();
+        assert!(topics.iter().all(|t| t == topic), "{topics:?}");
+    }
+    for unmatched in ["orders.eu.paid", "billing"] {
+        assert!(entries(&l, &format!("s:{unmatched}")).await.ids.is_empty());
+    }
+    bus.close().await;
+}
