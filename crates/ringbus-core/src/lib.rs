@@ -110,6 +110,7 @@ pub struct Builder {
     capacity: usize,
     spin: u32,
     max_readers: usize,
+    start: u64,
     fences: sync::Fences,
 }
 
@@ -126,6 +127,7 @@ impl Builder {
             capacity,
             spin: Self::DEFAULT_SPIN,
             max_readers: Self::DEFAULT_MAX_READERS,
+            start: 0,
             fences: sync::Fences::default(),
         }
     }
@@ -147,6 +149,21 @@ impl Builder {
     /// [`Stage::reader`] returns [`JoinError::TooManyReaders`].
     pub fn max_readers(mut self, max: usize) -> Self {
         self.max_readers = max;
+        self
+    }
+
+    /// The position of the first item published (0 unless set): a ring that goes on with
+    /// the count of items published before it existed. Positions ([`Writer::published`],
+    /// [`Reader::position`](crate::Reader::position)) start there.
+    ///
+    /// ```
+    /// let (mut writer, stage) = ringbus_core::Builder::new(4).start_at(10).build_lazy::<u32>();
+    /// let mut reader = stage.reader().unwrap();
+    /// writer.try_publish(1).ok().unwrap();
+    /// assert_eq!((stage.published(), reader.try_recv().unwrap().position()), (11, 10));
+    /// ```
+    pub fn start_at(mut self, position: u64) -> Self {
+        self.start = position;
         self
     }
 
@@ -274,7 +291,14 @@ impl Builder {
         let capacity = self.capacity.max(1).checked_next_power_of_two();
         let shared = capacity
             .and_then(|capacity| {
-                shared::Shared::new(capacity, self.spin, self.max_readers, self.fences, factory)
+                shared::Shared::new(
+                    capacity,
+                    self.spin,
+                    self.max_readers,
+                    self.fences,
+                    self.start,
+                    factory,
+                )
             })
             .ok_or(refused)?;
         let shared = sync::Arc::new(shared);

@@ -411,7 +411,8 @@ pub struct ReadGuard<'a, T> {
 }
 
 impl<T> ReadGuard<'_, T> {
-    /// The item's position in the ring (0 for the first item ever published).
+    /// The item's position in the ring (0 for the first item ever published, unless the ring
+    /// [started elsewhere](crate::Builder::start_at)).
     pub fn position(&self) -> u64 {
         self.reader.cursor
     }

@@ -99,8 +99,10 @@ pub(crate) struct Shared<T> {
     pub(crate) fences: Fences,
     pub(crate) mask: u64,
     pub(crate) capacity: usize,
-    /// The slots start empty (`Builder::build_lazy`): slot `i` holds a value once position
-    /// `i` has been published. Otherwise every slot holds a value from the start.
+    /// The first position (`Builder::start_at`): the cursor starts here.
+    pub(crate) start: u64,
+    /// The slots start empty (`Builder::build_lazy`): the slot of position `p` holds a value
+    /// once `p` has been published. Otherwise every slot holds a value from the start.
     pub(crate) lazy: bool,
     /// The slots. See the module docs for who may touch which, and `lazy` for which hold a
     /// value.
@@ -121,6 +123,7 @@ impl<T> Shared<T> {
         spin: u32,
         max_readers: usize,
         fences: Fences,
+        start: u64,
         fill: Option<&mut dyn FnMut() -> T>,
     ) -> Option<Self> {
         crate::sync::init_fences();
@@ -131,7 +134,7 @@ impl<T> Shared<T> {
             Group::new(WRITER_SOURCE + 1, ptr::null())
         }));
         Some(Self {
-            cursor: CachePadded::new(AtomicU64::new(0)),
+            cursor: CachePadded::new(AtomicU64::new(start)),
             writer_watchers: CachePadded::new(Waiters::default()),
             writer_registered: CachePadded::new(AtomicBool::new(false)),
             writer_wants: CachePadded::new(AtomicU64::new(0)),
@@ -145,6 +148,7 @@ impl<T> Shared<T> {
             fences,
             mask: capacity as u64 - 1,
             capacity,
+            start,
             lazy,
             slots,
         })
@@ -207,7 +211,7 @@ impl<T> Shared<T> {
     /// written: always, except during the first lap of a lazy ring.
     #[inline(always)]
     pub(crate) fn holds_value(&self, position: u64) -> bool {
-        !self.lazy || position >= self.capacity as u64
+        !self.lazy || position - self.start >= self.capacity as u64
     }
 
     /// Writes `value` at `position`, dropping the value the slot held a lap ago, if any.
@@ -509,23 +513,33 @@ impl<T> Drop for Shared<T> {
             next = g.next.load(Ordering::Relaxed);
         }
         // Drop every value the slots hold, exactly once: all of them, or in a lazy ring only
-        // those of the positions published in the first lap.
+        // those of the positions published in the first lap, from the slot of `start` on,
+        // wrapping to the front.
         let held = if self.lazy {
-            (self.cursor.load(Ordering::Relaxed) as usize).min(self.capacity)
+            ((self.cursor.load(Ordering::Relaxed) - self.start) as usize).min(self.capacity)
         } else {
             self.capacity
         };
+        let first = (self.start & self.mask) as usize;
+        let (front, back) = self.slots.split_at_mut(first);
+        let in_back = held.min(back.len());
         // A value whose drop panics does not leak the rest: as with a `Vec`, they are dropped
         // while that panic unwinds (`HeldValues`'s drop).
-        let mut held = HeldValues(self.slots[..held].iter_mut());
+        let mut held = HeldValues(
+            back[..in_back]
+                .iter_mut()
+                .chain(front[..held - in_back].iter_mut()),
+        );
         held.drop_all();
     }
 }
 
 /// The slots of a dropped ring that still hold a value; see `Shared::drop`.
-struct HeldValues<'a, T>(std::slice::IterMut<'a, UnsafeCell<MaybeUninit<T>>>);
+struct HeldValues<'a, T, I: Iterator<Item = &'a mut UnsafeCell<MaybeUninit<T>>>>(I)
+where
+    T: 'a;
 
-impl<T> HeldValues<'_, T> {
+impl<'a, T: 'a, I: Iterator<Item = &'a mut UnsafeCell<MaybeUninit<T>>>> HeldValues<'a, T, I> {
     fn drop_all(&mut self) {
         for cell in &mut self.0 {
             // SAFETY: `Shared::drop` passes exactly the slots holding a value (see `lazy`),
@@ -536,7 +550,9 @@ impl<T> HeldValues<'_, T> {
     }
 }
 
-impl<T> Drop for HeldValues<'_, T> {
+impl<'a, T: 'a, I: Iterator<Item = &'a mut UnsafeCell<MaybeUninit<T>>>> Drop
+    for HeldValues<'a, T, I>
+{
     /// Runs only if a value's drop panicked in `drop_all` (otherwise nothing is left): drops
     /// the values after it. A second panic there aborts, as it would in a `Vec`.
     fn drop(&mut self) {
@@ -548,6 +564,7 @@ impl<T> fmt::Debug for Shared<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ring")
             .field("capacity", &self.capacity)
+            .field("start", &self.start)
             .field("published", &self.cursor.load(Ordering::Relaxed))
             .field("readers", &self.readers.load(Ordering::Relaxed))
             .field("closed", &self.closed.load(Ordering::Relaxed))

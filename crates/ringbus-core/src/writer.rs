@@ -42,10 +42,10 @@ pub struct Writer<T> {
 
 impl<T> Writer<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
-        let limit = shared.capacity as u64;
+        let (next, limit) = (shared.start, shared.start + shared.capacity as u64);
         Self {
             shared,
-            next: 0,
+            next,
             limit,
             registered: false,
             calm: 0,

@@ -352,6 +352,20 @@ fn lazy_ring_drops_exactly_what_was_published() {
     drop(reader);
     t.assert_all_dropped_once();
 
+    // A ring started past 0 (`start_at`): its first lap begins mid-ring and wraps.
+    for (start, published) in [(6, 3), (6, 4), (6, 9), (5, 1)] {
+        let t = Tracker::default();
+        let (mut writer, stage) = Builder::new(4).start_at(start).build_lazy::<Counted>();
+        let mut reader = stage.reader().unwrap();
+        for _ in 0..published {
+            block_on(writer.publish(t.make()));
+            drop(reader.try_recv().ok().unwrap());
+        }
+        assert_eq!(t.live(), published.min(4));
+        drop((writer, stage, reader));
+        t.assert_all_dropped_once();
+    }
+
     // Several laps, with overwrites and reservations once the slots hold values.
     let t = Tracker::default();
     let (mut writer, stage) = Builder::new(4).build_lazy::<Counted>();

@@ -122,7 +122,9 @@ struct ModelReader {
 struct Model {
     capacity: u64,
     lazy: bool,
-    /// Every published value, by position.
+    /// The first position (`Builder::start_at`).
+    start: u64,
+    /// Every published value, by position from `start`.
     published: Vec<Item>,
     /// What each slot holds now (`None`: nothing yet, in a lazy ring).
     slots: Vec<Option<Item>>,
@@ -133,7 +135,7 @@ struct Model {
 
 impl Model {
     fn published(&self) -> u64 {
-        self.published.len() as u64
+        self.start + self.published.len() as u64
     }
 
     fn slowest_in(&self, stage: usize) -> Option<u64> {
@@ -188,7 +190,7 @@ impl Model {
                 requested: n,
                 capacity: self.capacity as usize,
             }))
-        } else if n > 0 && self.lazy && self.published() < self.capacity {
+        } else if n > 0 && self.lazy && self.published() - self.start < self.capacity {
             Some(ReserveError::Empty)
         } else {
             None
@@ -206,13 +208,13 @@ struct Ring {
 fn check_item(model: &Model, position: u64, item: &Item) -> Result<(), TestCaseError> {
     prop_assert!(item.is_whole(), "torn item {:?} at {}", item, position);
     prop_assert!(
-        position < model.published(),
+        (model.start..model.published()).contains(&position),
         "read unpublished position {}",
         position
     );
     prop_assert_eq!(
         *item,
-        model.published[position as usize],
+        model.published[(position - model.start) as usize],
         "at position {}",
         position
     );
@@ -235,8 +237,17 @@ fn check_batch(
     Ok(len)
 }
 
-fn run(capacity: usize, lazy: bool, spin: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let builder = Builder::new(capacity).spin(spin).max_readers(MAX_READERS);
+fn run(
+    capacity: usize,
+    lazy: bool,
+    spin: u32,
+    start: u64,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let builder = Builder::new(capacity)
+        .spin(spin)
+        .max_readers(MAX_READERS)
+        .start_at(start);
     let (writer, first) = if lazy {
         builder.build_lazy::<Item>()
     } else {
@@ -255,6 +266,7 @@ fn run(capacity: usize, lazy: bool, spin: u32, ops: Vec<Op>) -> Result<(), TestC
     let mut model = Model {
         capacity: real_capacity as u64,
         lazy,
+        start,
         published: Vec::new(),
         slots: vec![if lazy { None } else { Some(Item::default()) }; real_capacity],
         closed: false,
@@ -595,9 +607,10 @@ proptest! {
         capacity in 0..=8usize,
         lazy in any::<bool>(),
         spin in 0..=2u32,
+        start in prop_oneof![Just(0u64), 1..20u64, Just(u64::MAX >> 2)],
         ops in prop::collection::vec(op(), 1..120),
     ) {
-        run(capacity, lazy, spin, ops)?;
+        run(capacity, lazy, spin, start, ops)?;
     }
 }
 
@@ -647,7 +660,9 @@ fn fixed_sequence_through_every_operation() {
     ];
     for lazy in [false, true] {
         for capacity in [1, 2, 4, 8] {
-            run(capacity, lazy, 0, ops.clone()).unwrap();
+            for start in [0, 3] {
+                run(capacity, lazy, 0, start, ops.clone()).unwrap();
+            }
         }
     }
 }
