@@ -167,6 +167,27 @@ impl Builder {
         self
     }
 
+    /// `Ok` if the allocator gives a ring of this capacity of `T` now; otherwise the
+    /// [`AllocError`] the `try_build` methods would return. It asks for the slots' memory
+    /// and hands it straight back untouched, so a ring can be refused where it is planned
+    /// and made later, when it is needed (the allocator may refuse it then all the same).
+    ///
+    /// ```
+    /// use ringbus_core::Builder;
+    ///
+    /// assert!(Builder::new(1024).probe::<u64>().is_ok());
+    /// assert_eq!(Builder::new(1 << 62).probe::<u64>().unwrap_err().bytes, 1 << 65);
+    /// ```
+    pub fn probe<T>(&self) -> Result<(), AllocError> {
+        let refused = AllocError::new::<T>(self.capacity);
+        let capacity = self.capacity.max(1).checked_next_power_of_two();
+        let mut slots = Vec::<std::mem::MaybeUninit<T>>::new();
+        match capacity.map(|capacity| slots.try_reserve_exact(capacity)) {
+            Some(Ok(())) => Ok(()),
+            _ => Err(refused),
+        }
+    }
+
     /// Loom only: run the cheap side of the fences as production runs it with `membarrier`
     /// (see `sync::Fences`). Models using it register every waiter before they fork.
     #[cfg(all(test, ringbus_loom))]
