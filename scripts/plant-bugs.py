@@ -110,6 +110,35 @@ BUGS = [
      "let first = (self.start & self.mask) as usize;",
      "let first = 0;",
      plain("drops", "lazy_ring_drops_exactly_what_was_published")),
+    ("bus topic: the first join reads the published count before it holds the writer",
+     BUS + "topic/mod.rs",
+     "            Slot::Open(_) => return self.ring().ok_or(Error::Closed),\n"
+     "        }\n"
+     "        let published = self.unrouted.load(Ordering::Relaxed);\n",
+     "            Slot::Open(_) => return self.ring().ok_or(Error::Closed),\n"
+     "        }\n"
+     "        let published = self.unrouted.load(Ordering::Relaxed);\n"
+     "        drop(guard);\n"
+     "        std::thread::yield_now();\n"
+     "        let Some(mut guard) = self.writer.lock_unless_parked() else {\n"
+     "            return Err(Error::Closed);\n"
+     "        };\n",
+     plain("suite", "idle::the_first_join_racing_publishers_keeps_every_position_once")),
+    ("bus topic: the ring is made starting at position 0",
+     BUS + "topic/mod.rs",
+     "            .start_at(published)\n",
+     "            .start_at(0)\n",
+     plain("suite", "idle::the_first_subscriber_goes_on_from_the_count_published_before_it")),
+    ("bus topic: an idle topic's published count leaves out its unrouted messages",
+     BUS + "topic/mod.rs",
+     "            None => self.unrouted.load(Ordering::Relaxed),\n        }\n    }\n",
+     "            None => 0,\n        }\n    }\n",
+     plain("suite", "idle::the_first_subscriber_goes_on_from_the_count_published_before_it")),
+    ("bus topic: a topic is made without asking the allocator for its ring",
+     BUS + "topic/mod.rs",
+     "        Self::builder(capacity, &state).probe::<T>()?;\n",
+     "",
+     plain("ring_alloc", "a_ring_of_64_gib_the_process_cannot_have_is_an_error")),
     ("ring: the parked writer waits for 64 slots of slack",
      CORE + "writer.rs",
      "self.shared.writer_wants.store(needed, Ordering::SeqCst);",

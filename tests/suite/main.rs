@@ -17,6 +17,7 @@ mod close;
 mod closures;
 mod delivery;
 mod errors;
+mod idle;
 mod neighbour;
 mod no_loss;
 mod no_runtime;

@@ -367,12 +367,16 @@ fn wildcard_topic(f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
 }
 
 /// A topic's ring could not be allocated: its capacity times the size of its message type is
-/// more memory than the process can have. Nothing was made: the topic does not exist, and the
-/// next publish or subscribe naming it tries again.
+/// more memory than the process can have.
 ///
-/// A topic allocates its whole ring when it is made (at the first publish or subscribe naming
-/// it), and [`BusBuilder::MAX_CAPACITY`](crate::BusBuilder::MAX_CAPACITY) bounds its capacity,
-/// not its size in bytes: 2^30 messages of 64 bytes ask for 64 GiB. Lower the capacity
+/// A topic is made (at the first publish or subscribe naming it) only if the allocator gives
+/// its whole ring then: the bus asks for it and hands it straight back. If not, nothing was
+/// made: the topic does not exist, and the next publish or subscribe naming it tries again.
+/// The ring itself is allocated when the first subscriber joins; should the allocator refuse
+/// it then, that `subscribe` returns this error and the topic stays as it was, without
+/// subscribers. [`BusBuilder::MAX_CAPACITY`](crate::BusBuilder::MAX_CAPACITY) bounds a
+/// topic's capacity, not its size in bytes: 2^30 messages of 64 bytes ask for 64 GiB. Lower
+/// the capacity
 /// ([`BusBuilder::capacity`](crate::BusBuilder::capacity),
 /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity)) or make the message
 /// small (a `Box` or an `Arc` of the large part).

@@ -1,5 +1,11 @@
 //! One topic: one ring, its writer shared by publishers in turn, its subscribers.
 //!
+//! A topic is made without its ring: the first subscriber to join allocates it, starting its
+//! positions at the count of messages published until then (which reached nobody), so a topic
+//! nobody subscribes to costs a few hundred bytes whatever its capacity. The ring is made
+//! holding the writer lock, as every publish counts those messages holding it: the count it
+//! starts at is exact, and every publish after it goes into the ring.
+//!
 //! Publishers take turns at the ring's single [`Writer`] through an async mutex: the
 //! critical section is a room check, a slot write and a cursor store; a publisher that finds
 //! the ring full waits for room *holding* the lock, so publishes stay in the order they began,
@@ -18,7 +24,7 @@ mod publish;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ringbus_core::{AllocError, Builder, Stage, Writer};
@@ -26,7 +32,7 @@ use ringbus_core::{AllocError, Builder, Stage, Writer};
 pub use handle::Topic;
 pub(crate) use publish::PublishTo;
 
-use crate::error::Error;
+use crate::error::{Error, RingTooLarge};
 use crate::lock::{WriterGuard, WriterLock};
 use crate::observe::TopicMetrics;
 use crate::parent::Parents;
@@ -38,23 +44,50 @@ pub(crate) struct TopicInner<T> {
     /// The capacity asked for; 0 makes the topic unbuffered (a ring of one slot, and a
     /// publish waits until every subscriber has handled its message).
     pub(crate) capacity: usize,
-    /// `None` once the bus closed this topic.
-    writer: WriterLock<Option<Writer<T>>>,
-    stage: Stage<T>,
+    /// The ring's writer, once the first subscriber made it (see the module docs).
+    writer: WriterLock<Slot<T>>,
+    /// Set once, holding the writer lock, by the first subscriber to join.
+    ring: OnceLock<Ring<T>>,
     subscribers: Mutex<Vec<Arc<SubShared>>>,
     pub(crate) state: Arc<BusState>,
     /// Delivery receipts (`publish_tracked`).
     tracker: Arc<Tracker>,
-    /// The parent spans given to publishes (`Context::with_parent`), shared with the
-    /// subscribers (see `parent`).
-    parents: Arc<Parents>,
     /// Messages published while the topic had no subscriber (they reach nobody). Written
-    /// under the writer lock, read by `stats`: Relaxed, it is a counter.
+    /// under the writer lock, read by `stats` (Relaxed, it is a counter) and by the first
+    /// join, holding the writer lock: until the ring is made, it is every message published.
     unrouted: AtomicU64,
     /// Set by the first unrouted publish, which logs it (a `warn` event): once per topic.
     unrouted_logged: AtomicBool,
     /// Its metric handles (feature `metrics`; nothing without it).
     metrics: TopicMetrics,
+}
+
+/// The topic's writer, as the topic goes through its life.
+enum Slot<T> {
+    /// No subscriber has joined yet: no ring, and a publish reaches nobody.
+    Idle,
+    /// The ring's writer, made by the first subscriber's join.
+    Open(Writer<T>),
+    /// The bus closed the topic.
+    Closed,
+}
+
+impl<T> Slot<T> {
+    /// The ring's writer, from the first join until the close.
+    fn open(&mut self) -> Option<&mut Writer<T>> {
+        match self {
+            Slot::Open(writer) => Some(writer),
+            Slot::Idle | Slot::Closed => None,
+        }
+    }
+}
+
+/// What the first subscriber's join allocates.
+struct Ring<T> {
+    stage: Stage<T>,
+    /// The parent spans given to publishes (`Context::with_parent`), shared with the
+    /// subscribers (see `parent`).
+    parents: Arc<Parents>,
 }
 
 /// The type-erased face of a topic, for the registry, `stats` and `close`.
@@ -80,23 +113,20 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
-    /// A topic with its ring, or the error of a ring that cannot be allocated (see
-    /// [`RingTooLarge`](crate::RingTooLarge)). The ring starts with empty slots: what is not
-    /// published to yet costs address space, not memory.
+    /// A topic without its ring (the first join makes it), or the error of a ring the
+    /// allocator refuses now (see [`RingTooLarge`]): asked for and handed back untouched, so
+    /// the topic is refused where it is made and a message published to it comes back. A
+    /// ring refused later, at the first join, is that join's error.
     pub(crate) fn new(
         name: Arc<str>,
         capacity: usize,
         state: Arc<BusState>,
     ) -> Result<Self, AllocError> {
-        let (writer, stage) = Builder::new(capacity.max(1))
-            .spin(state.spin)
-            .max_readers(state.max_subscribers)
-            .try_build_lazy()?;
+        Self::builder(capacity, &state).probe::<T>()?;
         Ok(Self {
             capacity,
-            parents: Arc::new(Parents::new(writer.capacity())),
-            writer: WriterLock::new(Some(writer)),
-            stage,
+            writer: WriterLock::new(Slot::Idle),
+            ring: OnceLock::new(),
             subscribers: Mutex::new(Vec::new()),
             tracker: Arc::new(Tracker::new(state.clone())),
             state,
@@ -107,6 +137,13 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         })
     }
 
+    /// The ring's builder.
+    fn builder(capacity: usize, state: &BusState) -> Builder {
+        Builder::new(capacity.max(1))
+            .spin(state.spin)
+            .max_readers(state.max_subscribers)
+    }
+
     /// True when no subscriber would see a message published now. One Relaxed load of the
     /// ring's reader count, under the writer lock: a subscriber whose `subscribe` returned
     /// before the publish began is counted (same thread: program order; another thread: the
@@ -114,7 +151,59 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// may not be, as it may or may not see the message.
     #[inline]
     fn unrouted_now(&self) -> bool {
-        self.stage.readers() == 0
+        self.subscriber_count() == 0
+    }
+
+    /// The ring, if a subscriber has made it.
+    #[inline]
+    fn ring(&self) -> Option<&Ring<T>> {
+        self.ring.get()
+    }
+
+    /// The ring, made now if no subscriber has made it yet (see the module docs).
+    fn ring_or_make(&self) -> Result<&Ring<T>, Error> {
+        match self.ring() {
+            Some(ring) => Ok(ring),
+            None => self.make_ring(),
+        }
+    }
+
+    /// Makes the ring holding the writer lock, its positions starting at the count of the
+    /// messages published so far, unless another join just did.
+    #[cold]
+    fn make_ring(&self) -> Result<&Ring<T>, Error> {
+        // Until the ring exists no publisher parks holding the writer (it only waits for room
+        // in a ring), so this waits for a running holder and gives up only when the holder
+        // is this thread: user code a publish runs here (a message's `Drop`, a
+        // `publish_batch` iterator) subscribing to the topic it publishes to.
+        let Some(mut guard) = self.writer.lock_unless_parked() else {
+            return self.ring().ok_or(Error::Unsupported(
+                "the first subscriber of a topic cannot join from code a publish to that topic \
+                 runs (a message's Drop, a publish_batch iterator)",
+            ));
+        };
+        match &*guard {
+            Slot::Idle => {}
+            Slot::Closed => return Err(Error::Closed),
+            Slot::Open(_) => return self.ring().ok_or(Error::Closed),
+        }
+        let published = self.unrouted.load(Ordering::Relaxed);
+        let (writer, stage) = Self::builder(self.capacity, &self.state)
+            .start_at(published)
+            .try_build_lazy()
+            .map_err(|e| {
+                Error::RingTooLarge(RingTooLarge {
+                    topic: self.name.clone(),
+                    capacity: self.capacity,
+                    message_size: std::mem::size_of::<T>(),
+                    bytes: e.bytes,
+                })
+            })?;
+        let parents = Arc::new(Parents::new(writer.capacity()));
+        let ring = self.ring.get_or_init(|| Ring { stage, parents });
+        *guard = Slot::Open(writer);
+        tracing::debug!(topic = %self.name, capacity = self.capacity, published, "ringbus topic's ring made");
+        Ok(ring)
     }
 
     fn is_unbuffered(&self) -> bool {
@@ -133,7 +222,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         if self.state.refuses() {
             return Err(Error::Closed);
         }
-        let reader = self.stage.reader().map_err(|_| Error::TooManySubscribers {
+        let ring = self.ring_or_make()?;
+        let reader = ring.stage.reader().map_err(|_| Error::TooManySubscribers {
             topic: self.name.clone(),
             max: self.state.max_subscribers,
         })?;
@@ -141,7 +231,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let sub = SubShared::new(
             self.state.clone(),
             self.tracker.clone(),
-            self.parents.clone(),
+            ring.parents.clone(),
             id,
             named,
             self.name.clone(),
@@ -160,8 +250,9 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     }
 
     /// The subscribers that would see a message published now: tasks and streams.
+    #[inline]
     pub(crate) fn subscriber_count(&self) -> usize {
-        self.stage.readers()
+        self.ring().map_or(0, |ring| ring.stage.readers())
     }
 
     fn lock_subscribers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<SubShared>>> {
@@ -171,7 +262,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
 }
 
 /// The topic's writer, locked.
-type Guard<'a, T> = WriterGuard<'a, Option<Writer<T>>>;
+type Guard<'a, T> = WriterGuard<'a, Slot<T>>;
 
 impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     fn name(&self) -> &Arc<str> {
@@ -183,7 +274,11 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     }
 
     fn published(&self) -> u64 {
-        self.stage.published()
+        match self.ring() {
+            Some(ring) => ring.stage.published(),
+            // Every message published so far reached nobody (see `unrouted`).
+            None => self.unrouted.load(Ordering::Relaxed),
+        }
     }
 
     fn subscribers(&self) -> Vec<Arc<SubShared>> {
@@ -212,7 +307,7 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             // Publishers waiting for room see `closing` and let go of the writer at once.
-            *self.writer.lock().await = None;
+            *self.writer.lock().await = Slot::Closed;
         })
     }
 

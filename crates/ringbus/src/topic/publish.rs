@@ -11,7 +11,7 @@ use std::time::Duration;
 use ringbus_core::Full;
 use tokio::time::Instant;
 
-use super::{Guard, TopicInner};
+use super::{Guard, Slot, TopicInner};
 use crate::context::Context;
 use crate::coop;
 use crate::delivery::Delivery;
@@ -132,7 +132,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let Ok(Some(mut guard)) = self.admit() else {
             return Err((msg, None));
         };
-        let Some(writer) = guard.as_mut() else {
+        let Some(writer) = guard.open() else {
             return Err((msg, None));
         };
         unit.made_progress();
@@ -193,10 +193,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let watch = Watch::new(&self.tracker, position);
         let parent = ctx
             .live_parent()
-            .map(|p| self.parents.register(position, p));
+            .and_then(|p| self.register_parent(position, p));
         self.write_locked(&mut guard, ctx, msg, unrouted).await?;
         if let Some(parent) = parent {
-            parent.written(self.stage.readers());
+            parent.written(self.subscriber_count());
         }
         drop(guard);
         watch.keep();
@@ -213,10 +213,23 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         msg: T,
     ) -> Result<(), PublishError<T>> {
         let (mut guard, position, msg, unrouted) = self.locked_for(ctx, msg).await?;
-        let registered = self.parents.register(position, parent);
+        let registered = self.register_parent(position, parent);
         self.write_locked(&mut guard, ctx, msg, unrouted).await?;
-        registered.written(self.stage.readers());
+        if let Some(registered) = registered {
+            registered.written(self.subscriber_count());
+        }
         Ok(())
+    }
+
+    /// Registers `parent` for the message about to be written at `position`, holding the
+    /// writer; `None` while the topic has no ring (no subscriber will see the message).
+    fn register_parent(
+        &self,
+        position: u64,
+        parent: &tracing::Span,
+    ) -> Option<crate::parent::Registered<'_>> {
+        let ring = self.ring()?;
+        Some(ring.parents.register(position, parent))
     }
 
     /// The start of a publish off the fast path: refused at once or admitted (see `refused`,
@@ -237,10 +250,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             Ok(guard) => guard,
             Err(refused) => return Err(refused.with(msg)),
         };
-        let Some(writer) = guard.as_mut() else {
-            return Err(PublishError::Closed(msg));
+        let position = match &mut *guard {
+            Slot::Open(writer) => writer.published(),
+            Slot::Idle => self.unrouted.load(Ordering::Relaxed),
+            Slot::Closed => return Err(PublishError::Closed(msg)),
         };
-        let position = writer.published();
         let unrouted = self.unrouted_now();
         let msg = if unrouted {
             self.unrouted(msg, 1)?
@@ -261,10 +275,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         unrouted: bool,
     ) -> Result<(), PublishError<T>> {
         loop {
-            let Some(writer) = guard.as_mut() else {
-                return Err(PublishError::Closed(msg));
-            };
-            match writer.try_publish(msg) {
+            match self.write(guard, msg) {
                 Ok(()) => {
                     self.metrics.published(1);
                     if unrouted {
@@ -272,7 +283,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                     }
                     break;
                 }
-                Err(Full(back)) => msg = back,
+                Err(Written::Full(back)) => msg = back,
+                Err(Written::Closed(back)) => return Err(PublishError::Closed(back)),
             }
             if let Err(refused) = self.wait_room(guard, ctx).await {
                 return Err(refused.with(msg));
@@ -309,16 +321,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         if self.state.refuses() {
             return Err(PublishError::Closed(msg));
         }
-        let Some(writer) = guard.as_mut() else {
+        if matches!(*guard, Slot::Closed) {
             return Err(PublishError::Closed(msg));
-        };
+        }
         let unrouted = self.unrouted_now();
         let msg = if unrouted {
             self.unrouted(msg, 1)?
         } else {
             msg
         };
-        match writer.try_publish(msg) {
+        match self.write(&mut guard, msg) {
             Ok(()) => {
                 self.metrics.published(1);
                 if unrouted {
@@ -326,10 +338,27 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 }
                 Ok(())
             }
-            Err(Full(msg)) => {
+            Err(Written::Full(msg)) => {
                 self.metrics.full();
                 Err(PublishError::Full(msg))
             }
+            Err(Written::Closed(msg)) => Err(PublishError::Closed(msg)),
+        }
+    }
+
+    /// Writes `msg` into the ring if it has room, holding the writer. Without a ring (no
+    /// subscriber has joined yet) nobody can see it: it is dropped, counted as published by
+    /// the caller's `unrouted`.
+    fn write(&self, guard: &mut Guard<'_, T>, msg: T) -> Result<(), Written<T>> {
+        match &mut **guard {
+            Slot::Open(writer) => writer
+                .try_publish(msg)
+                .map_err(|Full(msg)| Written::Full(msg)),
+            Slot::Idle => {
+                drop(msg);
+                Ok(())
+            }
+            Slot::Closed => Err(Written::Closed(msg)),
         }
     }
 
@@ -386,22 +415,26 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
                 Err(refused) => return Err(refused.with(msgs)),
             };
             loop {
-                let Some(writer) = guard.as_mut() else {
+                if matches!(*guard, Slot::Closed) {
                     return Err(PublishError::Closed(msgs));
-                };
+                }
                 // A strict bus refuses what is left of the batch; otherwise each chunk
                 // published while nobody subscribes is counted.
                 let unrouted = self.unrouted_now();
                 if unrouted && self.state.strict {
                     return Err(self.no_subscriber(msgs));
                 }
-                let room = writer.remaining() as u64;
+                // Without a ring (no subscriber yet), room for everything: dropped unseen.
+                let room = guard.open().map_or(u64::MAX, |w| w.remaining() as u64);
                 if room > 0 {
                     // Takes at most `room` messages from the iterator, with one cursor store,
                     // paying for them as it goes; stops early when the budget is spent.
                     let (n, spent) = poll_fn(|cx| {
                         let mut budgeted = coop::Budgeted::new(&mut msgs, cx, &mut credit);
-                        let n = writer.try_publish_batch(&mut budgeted);
+                        let n = match guard.open() {
+                            Some(writer) => writer.try_publish_batch(&mut budgeted),
+                            None => budgeted.by_ref().count() as u64,
+                        };
                         Poll::Ready((n, budgeted.spent))
                     })
                     .await;
@@ -560,7 +593,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// `wait_room` without the count and the event.
     async fn wait_room_untimed(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
         let mut parked = guard.park();
-        let Some(writer) = parked.as_mut() else {
+        let Some(writer) = parked.open() else {
             return Wait::Closed;
         };
         let refused = async {
@@ -583,7 +616,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// handles it). The ring is full meanwhile, so the writer stays locked, marked parked.
     async fn wait_handled(&self, guard: &mut Guard<'_, T>) {
         let mut parked = guard.park();
-        let Some(writer) = parked.as_mut() else {
+        let Some(writer) = parked.open() else {
             return;
         };
         tokio::select! {
@@ -620,6 +653,12 @@ impl Drop for Watch<'_> {
     fn drop(&mut self) {
         self.tracker.unwatch(self.position);
     }
+}
+
+/// Why `TopicInner::write` did not write a message, giving it back.
+enum Written<T> {
+    Full(T),
+    Closed(T),
 }
 
 /// Why `admit` let a publish not in.

@@ -1,0 +1,156 @@
+//! A topic nobody has subscribed to has no ring: the first subscriber makes it. These tests
+//! check what a user can see of that: the positions and counts go on from the messages
+//! published before the ring was made, an idle topic closes like any other, and the one
+//! subscribe the lazy ring cannot serve is refused with a clear error.
+
+use std::sync::{Arc, Mutex};
+
+use ringbus::{Bus, Context, Error, PublishError};
+
+fn published_and_unrouted(bus: &Bus, name: &str) -> (u64, u64) {
+    let topic = bus.stats().topics.into_iter().find(|t| t.name == name);
+    let topic = topic.unwrap_or_else(|| panic!("no topic {name}"));
+    (topic.published, topic.unrouted)
+}
+
+#[tokio::test]
+async fn the_first_subscriber_goes_on_from_the_count_published_before_it() {
+    // Capacity 4 and 5 messages before the first subscriber: the ring starts at a position
+    // that is not a multiple of its size, and the publishes after it fill it and wrap.
+    let bus = Bus::builder().capacity(4).build();
+    for i in 0..5u64 {
+        bus.publish("t", i).await.unwrap();
+    }
+    assert_eq!(published_and_unrouted(&bus, "t"), (5, 5));
+    assert_eq!(bus.stats().topics[0].subscribers.len(), 0);
+
+    let mut stream = bus.stream::<u64>("t").unwrap();
+    for i in 5..9u64 {
+        bus.publish("t", i).await.unwrap();
+    }
+    for i in 5..9u64 {
+        let message = stream.next_ref().await.unwrap();
+        assert_eq!((message.position(), *message), (i, i));
+    }
+    let tracked = bus.topic::<u64>("t").unwrap();
+    let delivery = tracked.publish_tracked(&Context::new(), 9).await.unwrap();
+    assert_eq!(delivery.position(), 9);
+    let message = stream.next_ref().await.unwrap();
+    assert_eq!((message.position(), *message), (9, 9));
+    drop(message);
+    assert_eq!(published_and_unrouted(&bus, "t"), (10, 5));
+    assert!(delivery.wait().await.is_ok());
+    drop(stream);
+    bus.close().await;
+}
+
+#[tokio::test]
+async fn an_idle_topic_closes_and_gives_messages_back() {
+    let bus = Bus::new();
+    bus.publish("idle", 1u64).await.unwrap();
+    bus.close().await;
+    match bus.publish("idle", 2u64).await {
+        Err(PublishError::Closed(back)) => assert_eq!(back, 2),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    let refused = bus.subscribe("idle", async |_: &u64| {});
+    assert!(
+        matches!(refused, Err(Error::Closed)),
+        "{:?}",
+        refused.map(drop)
+    );
+    assert_eq!(published_and_unrouted(&bus, "idle"), (1, 1));
+}
+
+#[tokio::test]
+async fn the_first_subscriber_cannot_join_from_a_publish_to_its_topic() {
+    let bus = Bus::new();
+    let seen = Arc::new(Mutex::new(None));
+    let (inner, record) = (bus.clone(), seen.clone());
+    let batch = (0..3u64).inspect(move |&i| {
+        if i == 1 {
+            let joined = inner.subscribe("loop", async |_: &u64| {}).map(drop);
+            *record.lock().unwrap() = Some(joined);
+        }
+    });
+    assert_eq!(bus.publish_batch("loop", batch).await.unwrap(), 3);
+    match seen.lock().unwrap().take() {
+        Some(Err(Error::Unsupported(why))) => assert!(why.contains("first subscriber"), "{why}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // Outside the publish the same subscribe joins, and sees what comes next.
+    let mut stream = bus.stream::<u64>("loop").unwrap();
+    bus.publish("loop", 3u64).await.unwrap();
+    assert_eq!(stream.next_ref().await.unwrap().position(), 3);
+    drop(stream);
+    bus.close().await;
+}
+
+/// Publishers on two threads race the first subscriber of a fresh topic, round after round:
+/// the ring starts at the exact count of the messages published before it was made, so no
+/// position is given twice, `published` counts every message, and the subscriber sees every
+/// message from where it joined to the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_join_racing_publishers_keeps_every_position_once() {
+    const PUBLISHERS: u64 = 2;
+    const EACH: u64 = 300;
+    let watchdog = std::time::Duration::from_secs(120);
+    let bus = Bus::builder().capacity(64).build();
+    let rounds = async {
+        for round in 0..100 {
+            let name = format!("race{round}");
+            let publishers: Vec<_> = (0..PUBLISHERS)
+                .map(|_| {
+                    let (bus, name) = (bus.clone(), name.clone());
+                    tokio::spawn(async move {
+                        for i in 0..EACH {
+                            bus.publish(&name, i).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            // Joins once the publishers are under way (a yield loop, not a sleep: it waits
+            // for a count, and the watchdog bounds it).
+            while bus.stats().topics.iter().all(|t| t.name != name) {
+                tokio::task::yield_now().await;
+            }
+            let mut stream = bus.stream::<u64>(&name).unwrap();
+            let reader = tokio::spawn(async move {
+                let mut positions = Vec::new();
+                while let Some(message) = stream.next_ref().await {
+                    positions.push(message.position());
+                    if message.position() + 1 == PUBLISHERS * EACH {
+                        break;
+                    }
+                }
+                positions
+            });
+            for p in publishers {
+                p.await.unwrap();
+            }
+            let (published, unrouted) = published_and_unrouted(&bus, &name);
+            assert_eq!(published, PUBLISHERS * EACH, "round {round}");
+            let positions = if unrouted < published {
+                reader.await.unwrap()
+            } else {
+                reader.abort();
+                Vec::new()
+            };
+            // A publish counts itself unrouted before it writes, so a subscriber joining
+            // meanwhile may see a message counted unrouted, never miss one not counted.
+            let contiguous = positions.windows(2).all(|w| w[1] == w[0] + 1);
+            assert!(contiguous, "round {round}: a position skipped or repeated");
+            if let (Some(&first), Some(&last)) = (positions.first(), positions.last()) {
+                assert!(
+                    first <= unrouted,
+                    "round {round}: {first} missed, {unrouted} unrouted"
+                );
+                assert_eq!(last + 1, published, "round {round}");
+            }
+        }
+    };
+    tokio::time::timeout(watchdog, rounds)
+        .await
+        .expect("watchdog: a round hung");
+    bus.close().await;
+}
