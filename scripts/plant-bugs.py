@@ -619,6 +619,17 @@ BUGS = [
      "                );\n"
      "                break;\n",
      plain("nats", "link::a_pattern_import_brings_every_matching_topic_in")),
+    ("bus pattern: a batch follower hands its handler a fresh copy of the topic's name",
+     BUS + "pattern.rs",
+     "        self.handler.0.call(&self.topic, batch)\n",
+     "        let topic: &'a str = String::leak(self.topic.to_string());\n"
+     "        self.handler.0.call(topic, batch)\n",
+     plain("alloc_bus", "a_pattern_batch_subscribers_deliveries_allocate_nothing")),
+    ("bus subscriber: a batch takes everything ready, unpaid past its first unit",
+     BUS + "subscriber/task.rs",
+     "        limit.min(coop::PER_UNIT + coop::pay_for(cx, more))\n",
+     "        let _ = (more, cx);\n        limit\n",
+     plain("suite", "neighbour::a_pattern_batch_subscriber_lets_its_neighbours_run")),
     ("bus pattern: a follower hands its handler a fresh copy of the topic's name",
      BUS + "pattern.rs",
      "        self.handler.0.call(&self.topic, msg)\n",

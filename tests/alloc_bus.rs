@@ -393,21 +393,18 @@ fn retries_allocate_nothing() {
 
 /// A pattern subscriber's deliveries, on two matched topics, allocate nothing either: each
 /// follower hands its handler the topic's name it already holds.
-#[test]
-fn a_pattern_subscribers_deliveries_allocate_nothing() {
+/// Publishes to `ticks.a` and `ticks.b`, both followed by the pattern subscriber that
+/// `subscribe` makes, and checks that a round of deliveries after the warm-up allocates nothing.
+fn pattern_deliveries_allocate_nothing(
+    what: &str,
+    subscribe: impl FnOnce(&Bus, Arc<Deliveries>) -> ringbus::Subscription,
+) {
     const N: u64 = 10_000;
     let runtime = current_thread();
     runtime.block_on(async {
         let bus = Bus::builder().capacity(64).build();
         let deliveries = Deliveries::new();
-        let d = deliveries.clone();
-        let sub = bus
-            .subscribe_pattern("ticks.*", move |topic: &str, _: &u64| {
-                assert!(topic == "ticks.a" || topic == "ticks.b", "{topic}");
-                d.handled_one();
-                async {}
-            })
-            .unwrap();
+        let sub = subscribe(&bus, deliveries.clone());
         let (a, b) = (
             bus.topic::<u64>("ticks.a").unwrap(),
             bus.topic::<u64>("ticks.b").unwrap(),
@@ -422,10 +419,38 @@ fn a_pattern_subscribers_deliveries_allocate_nothing() {
         };
         round().await; // warm-up
         let ((), window) = counted(round()).await;
-        println!("{} pattern deliveries: {window:?}", 2 * N);
+        println!("{} {what} deliveries: {window:?}", 2 * N);
         assert_eq!(window.allocations, 0, "{window:?}");
         assert_eq!(sub.stats().handled, 4 * N);
         drop(b);
         bus.close().await;
+    });
+}
+
+#[test]
+fn a_pattern_subscribers_deliveries_allocate_nothing() {
+    pattern_deliveries_allocate_nothing("pattern", |bus, d| {
+        bus.subscribe_pattern("ticks.*", move |topic: &str, _: &u64| {
+            assert!(topic == "ticks.a" || topic == "ticks.b", "{topic}");
+            d.handled_one();
+            async {}
+        })
+        .unwrap()
+    });
+}
+
+#[test]
+fn a_pattern_batch_subscribers_deliveries_allocate_nothing() {
+    pattern_deliveries_allocate_nothing("pattern batch", |bus, d| {
+        let options = ringbus::SubscribeOptions::new();
+        let handler = move |topic: &str, batch: ringbus::Batch<'_, u64>| {
+            assert!(topic == "ticks.a" || topic == "ticks.b", "{topic}");
+            for _ in batch.iter() {
+                d.handled_one();
+            }
+            async {}
+        };
+        bus.subscribe_pattern_batch("ticks.*", options, handler)
+            .unwrap()
     });
 }

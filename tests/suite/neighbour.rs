@@ -200,6 +200,22 @@ fn a_batch_subscriber_lets_its_neighbours_run() {
     );
 }
 
+#[test]
+fn a_pattern_batch_subscriber_lets_its_neighbours_run() {
+    let at = subscriber_neighbour_sees(|bus, handled| {
+        let options = SubscribeOptions::new();
+        bus.subscribe_pattern_batch("*", options, move |_: &str, b: Batch<'_, u64>| {
+            handled.fetch_add(b.len() as u64, SeqCst);
+            std::future::ready(())
+        })
+        .unwrap();
+    });
+    assert!(
+        (1..=MOST_BETWEEN_YIELDS).contains(&at),
+        "the neighbour ran after the pattern batch subscriber handled {at} of {MESSAGES}"
+    );
+}
+
 /// The last clause of guarantee 11, on tokio's multi-thread scheduler: a subscriber woken by
 /// a publisher's task is put in that worker's LIFO slot, which no other worker may steal
 /// from, so it runs only once the publisher's task yields. A publisher that always finds room
