@@ -90,6 +90,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "bus/subscribe",
         "bus subscribe then unsubscribe (per pair) on a topic with 4 subscribers",
     ),
+    (
+        "bus/publish_unbuffered1",
+        "bus/publish1 on an unbuffered topic (capacity 0): each publish waits for the handler",
+    ),
+    (
+        "bus/publish_by_name_idle",
+        "bus Bus::publish by name to a topic nobody subscribes to (no ring: counted, dropped)",
+    ),
 ];
 
 /// Messages for the first count; the second is twice as many.
@@ -134,10 +142,12 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
         "ring/publish" => ring_publish(n),
         "ring/publish_read" => ring_publish_read(n),
         "ring/batch64" => ring_batch(n),
-        "bus/publish1" => bus_publish(n, 1, false, 0),
-        "bus/publish10" => bus_publish(n, 10, false, 0),
-        "bus/publish_by_name1" => bus_publish(n, 1, true, 0),
-        "bus/publish_by_name1_patterns" => bus_publish(n, 1, true, 100),
+        "bus/publish1" => bus_publish(n, 1, false, 0, 1024),
+        "bus/publish10" => bus_publish(n, 10, false, 0, 1024),
+        "bus/publish_by_name1" => bus_publish(n, 1, true, 0, 1024),
+        "bus/publish_by_name1_patterns" => bus_publish(n, 1, true, 100, 1024),
+        "bus/publish_unbuffered1" => bus_publish(n, 1, false, 0, 0),
+        "bus/publish_by_name_idle" => bus_publish(n, 0, true, 0, 1024),
         "bus/subscribe" => bus_subscribe(n),
         "bus/publish1_not_interested" => {
             // Interested in DEBUG (the maximum level lets the bus's check pass), not in the
@@ -146,13 +156,13 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
                 .with_default(LevelFilter::DEBUG)
                 .with_target("ringbus", LevelFilter::OFF);
             let _default = tracing_subscriber::registry().with(filter).set_default();
-            bus_publish(n, 1, false, 0)
+            bus_publish(n, 1, false, 0, 1024)
         }
         "bus/publish1_traced" => {
             // The registry alone: every span made, entered, exited and closed, none printed
             // (what any layer built on the registry pays before its own work).
             let _default = tracing_subscriber::registry().set_default();
-            bus_publish(n, 1, false, 0)
+            bus_publish(n, 1, false, 0, 1024)
         }
         _ => {
             eprintln!("unknown scenario {scenario}; see `ringbus-cost list`");
@@ -213,13 +223,14 @@ fn ring_batch(n: u64) -> bool {
 }
 
 /// `n` publishes to a topic with `subscribers` one-message subscribers, while `patterns`
-/// pattern subscriptions match other topics (each has one, made first).
-fn bus_publish(n: u64, subscribers: u64, by_name: bool, patterns: usize) -> bool {
+/// pattern subscriptions match other topics (each has one, made first); `capacity` 0 makes
+/// the topic unbuffered.
+fn bus_publish(n: u64, subscribers: u64, by_name: bool, patterns: usize, capacity: usize) -> bool {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return false;
     };
     runtime.block_on(async {
-        let bus = Bus::builder().capacity(1024).build();
+        let bus = Bus::builder().capacity(capacity).build();
         let handled = std::sync::Arc::new(AtomicU64::new(0));
         let mut subs = Vec::new();
         for p in 0..patterns {
