@@ -619,6 +619,31 @@ BUGS = [
      "                );\n"
      "                break;\n",
      plain("nats", "link::a_pattern_import_brings_every_matching_topic_in")),
+    ("bus pattern: the rings of matched topics are made holding the pattern list, waiting",
+     BUS + "pattern.rs",
+     "        for (_, topic, _) in matching()? {\n"
+     "            sub.make_ring(&topic, true).transpose()?;\n"
+     "        }\n"
+     "        let list = patterns.write();\n"
+     "        let matching = matching()?;\n"
+     "        let mut made = Some(Ok(()));\n"
+     "        for (_, topic, _) in &matching {\n"
+     "            made = sub.make_ring(topic, false);\n",
+     "        let list = patterns.write();\n"
+     "        let matching = matching()?;\n"
+     "        let mut made = Some(Ok(()));\n"
+     "        for (_, topic, _) in &matching {\n"
+     "            made = sub.make_ring(topic, true);\n",
+     plain("suite", "idle::a_pattern_making_rings_and_a_publish_making_a_topic_do_not_wait_for_each_other")),
+    ("bus publish: an unbuffered publish to an idle topic marks the writer parked",
+     BUS + "topic/publish.rs",
+     "        // Without a ring nobody handles the message; and only a ring's writer parks (see\n"
+     "        // `wait_room_untimed`).\n"
+     "        if guard.open().is_none() {\n"
+     "            return;\n"
+     "        }\n",
+     "",
+     plain("suite", "idle::an_unbuffered_idle_topic_never_looks_parked")),
     ("bus pattern: a batch follower hands its handler a fresh copy of the topic's name",
      BUS + "pattern.rs",
      "        self.handler.0.call(&self.topic, batch)\n",

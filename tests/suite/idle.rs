@@ -97,6 +97,8 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
     let watchdog = std::time::Duration::from_secs(120);
     let bus = Bus::builder().capacity(64).build();
     let rounds = async {
+        // Rounds whose subscriber joined while the publishers were under way.
+        let mut raced = 0;
         for round in 0..100 {
             let name = format!("race{round}");
             let publishers: Vec<_> = (0..PUBLISHERS)
@@ -130,6 +132,7 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
             }
             let (published, unrouted) = published_and_unrouted(&bus, &name);
             assert_eq!(published, PUBLISHERS * EACH, "round {round}");
+            raced += u64::from(0 < unrouted && unrouted < published);
             let positions = if unrouted < published {
                 reader.await.unwrap()
             } else {
@@ -148,9 +151,123 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
                 assert_eq!(last + 1, published, "round {round}");
             }
         }
+        raced
     };
-    tokio::time::timeout(watchdog, rounds)
+    let raced = tokio::time::timeout(watchdog, rounds)
         .await
         .expect("watchdog: a round hung");
+    assert!(
+        raced > 0,
+        "no round joined while the publishers ran: nothing raced"
+    );
     bus.close().await;
+}
+
+/// A message whose `Drop` makes a topic, dropped by a publish to an idle topic (which holds
+/// the topic's writer meanwhile), while a pattern subscription that matches the idle topic
+/// makes its ring. Making a topic waits for the pattern list, and making a ring waits for the
+/// writer: the pattern must not wait for the ring holding the list. The order of the two is
+/// not forced (nothing outside shows when the pattern holds its list), so the test runs many
+/// rounds; with the rings made under the list it deadlocked within a few (the watchdog).
+#[test]
+fn a_pattern_making_rings_and_a_publish_making_a_topic_do_not_wait_for_each_other() {
+    struct MakesATopic {
+        bus: Bus,
+        round: u64,
+        dropping: std::sync::mpsc::Sender<()>,
+        go: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+    impl Drop for MakesATopic {
+        fn drop(&mut self) {
+            let _ = self.dropping.send(());
+            let _ = self.go.lock().unwrap().recv();
+            let made = self.bus.try_publish(&format!("audit{}", self.round), 1u64);
+            assert!(made.is_ok(), "{made:?}");
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let bus = Bus::new();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let rounds = {
+        let bus = bus.clone();
+        let handle = runtime.handle().clone();
+        std::thread::spawn(move || {
+            for round in 0..200u64 {
+                let (dropping_tx, dropping) = std::sync::mpsc::channel();
+                let (go, go_rx) = std::sync::mpsc::channel();
+                let message = MakesATopic {
+                    bus: bus.clone(),
+                    round,
+                    dropping: dropping_tx,
+                    go: Mutex::new(go_rx),
+                };
+                let publisher = {
+                    let bus = bus.clone();
+                    std::thread::spawn(move || bus.try_publish(&format!("x{round}.a"), message))
+                };
+                dropping.recv().unwrap();
+                let pattern = {
+                    let (bus, handle) = (bus.clone(), handle.clone());
+                    std::thread::spawn(move || {
+                        let _runtime = handle.enter();
+                        let handler = |_: &str, _: &MakesATopic| async {};
+                        bus.subscribe_pattern(&format!("x{round}.*"), handler)
+                    })
+                };
+                // Gives the pattern's thread a head start (not synchronisation: any order
+                // must finish; this one is the order that deadlocked).
+                for _ in 0..round % 50 {
+                    std::thread::yield_now();
+                }
+                go.send(()).unwrap();
+                assert!(publisher.join().unwrap().is_ok());
+                assert!(pattern.join().unwrap().is_ok());
+            }
+            done_tx.send(()).unwrap();
+        })
+    };
+    let finished = done.recv_timeout(std::time::Duration::from_secs(60));
+    assert!(finished.is_ok(), "watchdog: a round deadlocked");
+    rounds.join().unwrap();
+    runtime.block_on(bus.close());
+}
+
+/// An unbuffered publish waits for its message to be handled holding the writer, marked
+/// parked, and a `try_publish` meeting a parked holder says `Full` at once. On a topic
+/// without a ring nobody handles anything: such a publish returns without marking the writer
+/// parked, so a `try_publish` beside it never says `Full` (nor a first join a false error).
+#[test]
+fn an_unbuffered_idle_topic_never_looks_parked() {
+    const EACH: u64 = 200_000;
+    let bus = Bus::builder().capacity(0).build();
+    let publisher = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                for i in 0..EACH {
+                    bus.publish("u", i).await.unwrap();
+                }
+            });
+        })
+    };
+    let mut full = 0;
+    for i in 0..EACH {
+        match bus.try_publish("u", i) {
+            Ok(()) => {}
+            Err(PublishError::Full(_)) => full += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    publisher.join().unwrap();
+    assert_eq!(
+        full, 0,
+        "try_publish said Full {full} times on a topic without subscribers"
+    );
+    assert_eq!(published_and_unrouted(&bus, "u"), (2 * EACH, 2 * EACH));
 }

@@ -154,12 +154,13 @@ impl Default for BusBuilder {
 impl BusBuilder {
     /// The largest topic capacity (2^30 messages): [`capacity`](Self::capacity) and
     /// [`SubscribeOptions::capacity`](crate::SubscribeOptions::capacity) refuse more. A topic
-    /// allocates its capacity's slots when it is made, at the first publish or subscribe
-    /// naming it. The limit is on messages, not bytes: a ring the process cannot have (2^30
-    /// messages of 64 bytes ask for 64 GiB) is an `Err` of that publish or subscribe,
-    /// [`RingTooLarge`], which names the topic, its capacity and the
-    /// bytes asked for. A ring's empty slots are not written: memory is used as the ring
-    /// fills.
+    /// allocates its capacity's slots when its first subscriber joins, and is made (at the
+    /// first publish or subscribe naming it) only if the allocator would give them then. The
+    /// limit is on messages, not bytes: a ring the process cannot have (2^30 messages of 64
+    /// bytes ask for 64 GiB) is an `Err` of that publish or subscribe, or of the first
+    /// subscribe should the allocator refuse only then: [`RingTooLarge`], which names the
+    /// topic, its capacity and the bytes asked for. A ring's empty slots are not written:
+    /// memory is used as the ring fills.
     pub const MAX_CAPACITY: usize = crate::options::MAX_CAPACITY;
 
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
@@ -172,8 +173,8 @@ impl BusBuilder {
     /// take the message back (every subscriber still handles it, exactly once).
     ///
     /// A topic whose ring (its capacity times the size of its message) cannot be allocated
-    /// is an `Err` of the publish or subscribe that would make it: see
-    /// [`MAX_CAPACITY`](Self::MAX_CAPACITY).
+    /// is an `Err` of the publish or subscribe that would make it, or of its first
+    /// subscribe: see [`MAX_CAPACITY`](Self::MAX_CAPACITY).
     ///
     /// # Panics
     ///
@@ -715,8 +716,11 @@ impl Bus {
     ///
     /// [`Error::NoRuntime`] outside a tokio runtime,
     /// [`Error::TypeMismatch`],
-    /// [`Error::RingTooLarge`] (a new topic whose ring could not be allocated),
+    /// [`Error::RingTooLarge`] (a new topic, or the first subscriber of one, whose ring
+    /// could not be allocated),
     /// [`Error::PatternMismatch`] (a new topic that a pattern of another type matches),
+    /// [`Error::Unsupported`] for the first subscriber of a topic joining from code a
+    /// publish to that topic runs (a message's `Drop`, a `publish_batch` iterator),
     /// [`Error::WildcardTopic`] for a name with a `*` or `>` token (a pattern: see
     /// [`subscribe_pattern`](Self::subscribe_pattern)),
     /// [`Error::Closed`].

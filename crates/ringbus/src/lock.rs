@@ -33,8 +33,8 @@
 //!   topic's message not yet handled), so a parked holder means the topic is full, and the
 //!   message it holds goes in before any other.
 //!
-//! So [`lock_unless_parked`](WriterLock::lock_unless_parked) (the non-async `try_publish`)
-//! can wait for a running holder, spinning and then yielding its thread, since that holder
+//! So [`lock_unless_parked`](WriterLock::lock_unless_parked) (the non-async `try_publish`,
+//! and the first subscriber's join, which makes the ring) can wait for a running holder, spinning and then yielding its thread, since that holder
 //! lets go after a bounded stretch of its own code, and give up at once on a parked one. It
 //! also gives up at once when the running holder is its own thread (`owner` is ours: user
 //! code the holder runs called back in, and waiting for itself would never end).

@@ -216,6 +216,14 @@ pub(crate) trait AnyPattern: Send + Sync + 'static {
     /// Starts a follower on `topic`, which carries this pattern's type; `Ok` as well when the
     /// bus is closing (nothing will be published to the topic).
     fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) -> Result<(), Error>;
+    /// Makes the ring of `topic`, which carries this pattern's type, if it has none yet (see
+    /// `TopicInner::prepare_ring`): `wait` waits for a publisher holding its writer; without
+    /// it, `None` while one does.
+    fn make_ring(
+        &self,
+        topic: &Arc<dyn Any + Send + Sync>,
+        wait: bool,
+    ) -> Option<Result<(), Error>>;
 }
 
 /// A follower, as `stats` reads it: its shared state and its topic.
@@ -377,6 +385,22 @@ impl<T: Send + Sync + 'static, H: Follow<T>> AnyPattern for PatternSub<T, H> {
         }
     }
 
+    fn make_ring(
+        &self,
+        topic: &Arc<dyn Any + Send + Sync>,
+        wait: bool,
+    ) -> Option<Result<(), Error>> {
+        let Some(topic) = topic.downcast_ref::<TopicInner<T>>() else {
+            // Every caller checks `carries` first.
+            debug_assert!(
+                false,
+                "a pattern asked for the ring of a topic of another type"
+            );
+            return Some(Ok(()));
+        };
+        topic.prepare_ring(wait)
+    }
+
     fn follow(&self, topic: &Arc<dyn Any + Send + Sync>) -> Result<(), Error> {
         let Ok(topic) = topic.clone().downcast::<TopicInner<T>>() else {
             // Every caller checks `carries` first (`check`, `subscribe`).
@@ -452,7 +476,7 @@ pub(crate) type Met = (Arc<str>, Arc<dyn Any + Send + Sync>, &'static str);
 pub(crate) fn subscribe<T, H>(
     bus: &Arc<BusState>,
     patterns: &Arc<Patterns>,
-    topics: impl FnOnce() -> Vec<Met>,
+    topics: impl Fn() -> Vec<Met>,
     pattern: &str,
     options: SubscribeOptions,
     handler: H,
@@ -497,17 +521,43 @@ where
         runtime,
         _message: PhantomData,
     });
-    let mut list = patterns.write();
-    let matching: Vec<_> = topics()
-        .into_iter()
-        .filter(|(name, ..)| shared.pattern.matches(name))
-        .collect();
-    // All or nothing: a matching topic of another type refuses the whole subscription.
-    for (name, topic, topic_type) in &matching {
-        if !sub.carries(topic) {
-            return Err(Error::PatternMismatch(sub.mismatch(name, topic_type)));
+    let matching = || -> Result<Vec<Met>, Error> {
+        let matching: Vec<_> = topics()
+            .into_iter()
+            .filter(|(name, ..)| shared.pattern.matches(name))
+            .collect();
+        // All or nothing: a matching topic of another type refuses the whole subscription.
+        for (name, topic, topic_type) in &matching {
+            if !sub.carries(topic) {
+                return Err(Error::PatternMismatch(sub.mismatch(name, topic_type)));
+            }
         }
-    }
+        Ok(matching)
+    };
+    // The followers join holding the list, and a topic's first join makes its ring, which
+    // waits for a publisher holding the topic's writer. That publisher's own code (a
+    // message's `Drop`, a batch iterator) may make a topic, which waits for the list: so the
+    // rings are made first, holding nothing, and under the list only a topic made meanwhile
+    // can lack one, whose writer nobody holds but for a moment (else: start over).
+    let (mut list, matching) = loop {
+        for (_, topic, _) in matching()? {
+            sub.make_ring(&topic, true).transpose()?;
+        }
+        let list = patterns.write();
+        let matching = matching()?;
+        let mut made = Some(Ok(()));
+        for (_, topic, _) in &matching {
+            made = sub.make_ring(topic, false);
+            if !matches!(made, Some(Ok(()))) {
+                break;
+            }
+        }
+        match made {
+            Some(Ok(())) => break (list, matching),
+            Some(Err(error)) => return Err(error),
+            None => drop(list),
+        }
+    };
     // All or nothing here too: a topic that refuses a follower (too many subscribers) refuses
     // the subscription, and the followers already started are cut (they hold nothing yet).
     for (_, topic, _) in &matching {

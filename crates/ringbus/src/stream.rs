@@ -139,7 +139,10 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// # Errors
     ///
     /// [`Error::Closed`] once the bus is closing, [`Error::TooManySubscribers`] past the bus's
-    /// [`max_subscribers`](crate::BusBuilder::max_subscribers).
+    /// [`max_subscribers`](crate::BusBuilder::max_subscribers); for the topic's first
+    /// subscriber, [`Error::RingTooLarge`] if its ring could not be allocated, and
+    /// [`Error::Unsupported`] from code a publish to the topic runs (a message's `Drop`, a
+    /// `publish_batch` iterator).
     pub fn stream(&self) -> Result<Stream<T>, Error> {
         let (reader, sub) = self.inner.join(None, None, true)?;
         tracing::debug!(topic = %self.inner.name, subscriber = %sub.name, "ringbus stream started");

@@ -98,7 +98,8 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     /// The subscriber tasks (not the streams: `close` does not wait for those).
     fn subscribers(&self) -> Vec<Arc<SubShared>>;
     fn stats(&self) -> TopicStats;
-    /// Closes the ring (drops the writer), waiting for the publisher holding it, if any.
+    /// Closes the topic (drops the ring's writer, if it has one), waiting for the publisher
+    /// holding it, if any.
     fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
     /// Takes the writer once and lets it go: called by `close` after it set `closed`, so
     /// that every publish from outside the handlers that passed its closed check (made
@@ -144,8 +145,8 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             .max_readers(state.max_subscribers)
     }
 
-    /// True when no subscriber would see a message published now. One Relaxed load of the
-    /// ring's reader count, under the writer lock: a subscriber whose `subscribe` returned
+    /// True when no subscriber would see a message published now: no ring, or one Relaxed
+    /// load of its reader count, under the writer lock: a subscriber whose `subscribe` returned
     /// before the publish began is counted (same thread: program order; another thread: the
     /// synchronisation that ordered the two). A subscriber joining during the publish may or
     /// may not be, as it may or may not see the message.
@@ -172,16 +173,38 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// messages published so far, unless another join just did.
     #[cold]
     fn make_ring(&self) -> Result<&Ring<T>, Error> {
-        // Until the ring exists no publisher parks holding the writer (it only waits for room
-        // in a ring), so this waits for a running holder and gives up only when the holder
-        // is this thread: user code a publish runs here (a message's `Drop`, a
-        // `publish_batch` iterator) subscribing to the topic it publishes to.
-        let Some(mut guard) = self.writer.lock_unless_parked() else {
-            return self.ring().ok_or(Error::Unsupported(
+        // No publisher parks holding the writer of a topic without a ring (it waits only for
+        // room in a ring, or for its message to be handled from one), so this waits for a
+        // running holder and gives up only when the holder is this thread: user code a
+        // publish runs (a message's `Drop`, a `publish_batch` iterator) subscribing to the
+        // topic it publishes to.
+        match self.writer.lock_unless_parked() {
+            Some(guard) => self.make_ring_holding(guard),
+            None => self.ring().ok_or(Error::Unsupported(
                 "the first subscriber of a topic cannot join from code a publish to that topic \
                  runs (a message's Drop, a publish_batch iterator)",
-            ));
-        };
+            )),
+        }
+    }
+
+    /// The ring made now if it is not made yet, as a join makes it (`wait`), or without
+    /// waiting: then `None` while a publisher holds the writer. For `subscribe_pattern`, which
+    /// makes the rings of the topics it follows holding the pattern list's lock, and must not
+    /// wait there for a publisher whose own code may be waiting for that lock (making a topic
+    /// takes it).
+    pub(crate) fn prepare_ring(&self, wait: bool) -> Option<Result<(), Error>> {
+        if wait {
+            return Some(self.ring_or_make().map(drop));
+        }
+        if self.ring().is_some() {
+            return Some(Ok(()));
+        }
+        let guard = self.writer.try_lock()?;
+        Some(self.make_ring_holding(guard).map(drop))
+    }
+
+    /// `make_ring`, holding the writer lock.
+    fn make_ring_holding(&self, mut guard: Guard<'_, T>) -> Result<&Ring<T>, Error> {
         match &*guard {
             Slot::Idle => {}
             Slot::Closed => return Err(Error::Closed),
@@ -202,6 +225,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let parents = Arc::new(Parents::new(writer.capacity()));
         let ring = self.ring.get_or_init(|| Ring { stage, parents });
         *guard = Slot::Open(writer);
+        drop(guard);
         tracing::debug!(topic = %self.name, capacity = self.capacity, published, "ringbus topic's ring made");
         Ok(ring)
     }

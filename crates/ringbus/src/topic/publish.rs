@@ -592,6 +592,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
 
     /// `wait_room` without the count and the event.
     async fn wait_room_untimed(&self, guard: &mut Guard<'_, T>, ctx: &Context) -> Wait {
+        // Only a ring's writer parks: a parked holder tells a first join that the ring exists
+        // (see `TopicInner::make_ring`).
+        if guard.open().is_none() {
+            return Wait::Closed;
+        }
         let mut parked = guard.park();
         let Some(writer) = parked.open() else {
             return Wait::Closed;
@@ -615,6 +620,11 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
     /// will be handled, so the publish has happened. A close stops the wait (the drain
     /// handles it). The ring is full meanwhile, so the writer stays locked, marked parked.
     async fn wait_handled(&self, guard: &mut Guard<'_, T>) {
+        // Without a ring nobody handles the message; and only a ring's writer parks (see
+        // `wait_room_untimed`).
+        if guard.open().is_none() {
+            return;
+        }
         let mut parked = guard.park();
         let Some(writer) = parked.open() else {
             return;
