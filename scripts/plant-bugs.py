@@ -136,7 +136,9 @@ BUGS = [
      plain("suite", "idle::the_first_subscriber_goes_on_from_the_count_published_before_it")),
     ("bus topic: a topic is made without asking the allocator for its ring",
      BUS + "topic/mod.rs",
-     "        Self::builder(capacity, &state).probe::<T>()?;\n",
+     "        if let Err(refused) = Self::builder(capacity, &state).probe::<T>() {\n"
+     "            return Err(Self::too_large(name, capacity, refused));\n"
+     "        }\n",
      "",
      plain("ring_alloc", "a_ring_of_64_gib_the_process_cannot_have_is_an_error")),
     ("ring: the parked writer waits for 64 slots of slack",

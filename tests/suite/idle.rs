@@ -168,7 +168,7 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
 /// makes its ring. Making a topic waits for the pattern list, and making a ring waits for the
 /// writer: the pattern must not wait for the ring holding the list. The order of the two is
 /// not forced (nothing outside shows when the pattern holds its list), so the test runs many
-/// rounds; with the rings made under the list it deadlocked within a few (the watchdog).
+/// rounds, and a deadlock fails it at the watchdog.
 #[test]
 fn a_pattern_making_rings_and_a_publish_making_a_topic_do_not_wait_for_each_other() {
     struct MakesATopic {

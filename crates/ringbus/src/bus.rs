@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::error::{Error, PublishError, RingTooLarge, TypeMismatch, Unpublished, Unresolved};
+use crate::error::{Error, PublishError, TypeMismatch, Unpublished, Unresolved};
 use crate::handler::{BatchHandler, Handler, TopicBatchHandler, TopicHandler};
 use crate::map::TopicMap;
 use crate::options::SubscribeOptions;
@@ -446,13 +446,7 @@ impl Bus {
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
         let patterns = self.inner.patterns.read();
         let entry = self.inner.topics.get_or_try_insert_with(name, || {
-            let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())
-                .map_err(|e| RingTooLarge {
-                    topic: name.into(),
-                    capacity,
-                    message_size: std::mem::size_of::<T>(),
-                    bytes: e.bytes,
-                })?;
+            let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())?;
             let topic = Arc::new(topic);
             let typed: Arc<dyn Any + Send + Sync> = topic.clone();
             pattern::check(&patterns, name, std::any::type_name::<T>(), &typed)?;

@@ -122,8 +122,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         name: Arc<str>,
         capacity: usize,
         state: Arc<BusState>,
-    ) -> Result<Self, AllocError> {
-        Self::builder(capacity, &state).probe::<T>()?;
+    ) -> Result<Self, RingTooLarge> {
+        if let Err(refused) = Self::builder(capacity, &state).probe::<T>() {
+            return Err(Self::too_large(name, capacity, refused));
+        }
         Ok(Self {
             capacity,
             writer: WriterLock::new(Slot::Idle),
@@ -136,6 +138,16 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             metrics: TopicMetrics::new(&name),
             name,
         })
+    }
+
+    /// What a topic says of a ring the allocator refused.
+    fn too_large(topic: Arc<str>, capacity: usize, refused: AllocError) -> RingTooLarge {
+        RingTooLarge {
+            topic,
+            capacity,
+            message_size: std::mem::size_of::<T>(),
+            bytes: refused.bytes,
+        }
     }
 
     /// The ring's builder.
@@ -215,12 +227,7 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
             .start_at(published)
             .try_build_lazy()
             .map_err(|e| {
-                Error::RingTooLarge(RingTooLarge {
-                    topic: self.name.clone(),
-                    capacity: self.capacity,
-                    message_size: std::mem::size_of::<T>(),
-                    bytes: e.bytes,
-                })
+                Error::RingTooLarge(Self::too_large(self.name.clone(), self.capacity, e))
             })?;
         let parents = Arc::new(Parents::new(writer.capacity()));
         let ring = self.ring.get_or_init(|| Ring { stage, parents });
