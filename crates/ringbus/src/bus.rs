@@ -158,9 +158,9 @@ impl BusBuilder {
     /// first publish or subscribe naming it) only if the allocator would give them then. The
     /// limit is on messages, not bytes: a ring the process cannot have (2^30 messages of 64
     /// bytes ask for 64 GiB) is an `Err` of that publish or subscribe, or of the first
-    /// subscribe should the allocator refuse only then: [`RingTooLarge`], which names the
-    /// topic, its capacity and the bytes asked for. A ring's empty slots are not written:
-    /// memory is used as the ring fills.
+    /// subscribe should the allocator refuse only then: [`RingTooLarge`](crate::RingTooLarge),
+    /// which names the topic, its capacity and the bytes asked for. A ring's empty slots are
+    /// not written: memory is used as the ring fills.
     pub const MAX_CAPACITY: usize = crate::options::MAX_CAPACITY;
 
     /// Messages each topic holds before publishers wait (rounded up to a power of two;
