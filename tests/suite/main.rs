@@ -23,6 +23,7 @@ mod no_loss;
 mod no_runtime;
 mod order;
 mod patterns;
+mod reentrant;
 mod stress;
 mod subscribe;
 mod types;

@@ -20,6 +20,7 @@ use crate::context::Context;
 use crate::error::{Error, PublishError, TypeMismatch, Unpublished, Unresolved};
 use crate::handler::{BatchHandler, Handler, TopicBatchHandler, TopicHandler};
 use crate::map::TopicMap;
+use crate::observe;
 use crate::options::SubscribeOptions;
 use crate::pattern::{self, Patterns};
 use crate::progress::Progress;
@@ -444,13 +445,15 @@ impl Bus {
             return Err(Unresolved::WildcardTopic(name.into()));
         }
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
+        let _held = observe::Held::enter();
         let patterns = self.inner.patterns.read();
         let entry = self.inner.topics.get_or_try_insert_with(name, || {
             let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())?;
             let topic = Arc::new(topic);
             let typed: Arc<dyn Any + Send + Sync> = topic.clone();
             pattern::check(&patterns, name, std::any::type_name::<T>(), &typed)?;
-            tracing::debug!(topic = %name, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created");
+            let named: Arc<str> = name.into();
+            observe::emit(move || tracing::debug!(topic = %named, r#type = std::any::type_name::<T>(), capacity, "ringbus topic created"));
             pattern::follow_new(&patterns, name, &typed);
             Ok::<_, Unresolved>(Entry {
                 typed,

@@ -47,6 +47,72 @@
 //! Without the feature, [`TopicMetrics`] and [`SubMetrics`] are empty and every method is an
 //! empty inline function: the hot path has no metric code at all.
 
+/// A section of code that holds the topic registry's locks (a topic being made, a pattern
+/// following topics): the events raised in it are emitted when the outermost section ends,
+/// once those locks are released.
+///
+/// A tracing layer runs inside every event, and it may publish to the bus, which may make a
+/// topic, which takes those locks; they are not re-entrant, so an event emitted under them
+/// would hang such a layer the first time it ran. Enter the section before taking the locks
+/// and drop it after releasing them; raise the events with [`emit`].
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// Thread-bound: the held events live in this thread's storage.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+/// An event held back, to be emitted when its section ends.
+type HeldEvent = Box<dyn FnOnce()>;
+
+thread_local! {
+    /// How many sections this thread is in, and the events they hold.
+    static HELD: std::cell::RefCell<(usize, Vec<HeldEvent>)> =
+        const { std::cell::RefCell::new((0, Vec::new())) };
+}
+
+impl Held {
+    pub(crate) fn enter() -> Self {
+        HELD.with_borrow_mut(|(depth, _)| *depth += 1);
+        Self {
+            _thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let events = HELD.with_borrow_mut(|(depth, events)| {
+            *depth -= 1;
+            if *depth == 0 {
+                std::mem::take(events)
+            } else {
+                Vec::new()
+            }
+        });
+        // Unwinding, a layer that panicked again would abort the process: the events go.
+        if !std::thread::panicking() {
+            // Each runs with nothing borrowed: its layer may enter a section of its own.
+            for event in events {
+                event();
+            }
+        }
+    }
+}
+
+/// Runs `event` (a `tracing` macro call) now, or, inside a [`Held`] section, when it ends.
+pub(crate) fn emit(event: impl FnOnce() + 'static) {
+    let event = HELD.with_borrow_mut(|(depth, events)| {
+        if *depth == 0 {
+            return Some(event);
+        }
+        events.push(Box::new(event));
+        None
+    });
+    if let Some(event) = event {
+        event();
+    }
+}
+
 /// A publish on `topic` waited `waited` for room and got it.
 #[cold]
 pub(crate) fn waited(topic: &str, waited: std::time::Duration) {

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, PatternMismatch};
 use crate::handler::{Batch, BatchHandler, Handler, HandlerError, TopicBatchHandler, TopicHandler};
+use crate::observe;
 use crate::options::SubscribeOptions;
 use crate::shared::{BusState, SubShared};
 use crate::stats::SubscriberStats;
@@ -173,8 +174,12 @@ impl Patterns {
         self.list.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn remove(&self, id: u64) {
-        self.write().retain(|p| p.shared().id != id);
+    /// Takes the pattern `id` out of the list. It is dropped after the lock is released: it
+    /// may hold the last reference to the user's handler, whose `Drop` may make a topic.
+    fn remove(&self, id: u64) -> Option<Arc<dyn AnyPattern>> {
+        let mut list = self.write();
+        let at = list.iter().position(|p| p.shared().id == id)?;
+        Some(list.remove(at))
     }
 }
 
@@ -202,7 +207,10 @@ pub(crate) fn follow_new(
 ) {
     for p in patterns.iter().filter(|p| p.shared().pattern.matches(name)) {
         if let Err(error) = p.follow(topic) {
-            tracing::error!(pattern = %p.shared().pattern.text(), topic = %name, %error, "ringbus pattern could not follow a new topic");
+            let (pattern, name) = (p.shared().pattern.clone(), Arc::<str>::from(name));
+            observe::emit(
+                move || tracing::error!(pattern = %pattern.text(), topic = %name, %error, "ringbus pattern could not follow a new topic"),
+            );
         }
     }
 }
@@ -296,7 +304,7 @@ impl Followers for PatternShared {
 
     fn leave(&self) -> Vec<Subscription> {
         if let Some(patterns) = self.patterns.upgrade() {
-            patterns.remove(self.id);
+            drop(patterns.remove(self.id));
         }
         self.stop()
     }
@@ -418,7 +426,10 @@ impl<T: Send + Sync + 'static, H: Follow<T>> AnyPattern for PatternSub<T, H> {
             .get_or_insert_with(|| self.shared.name.to_string());
         match H::subscribe(&self.handler, &topic, options) {
             Ok(sub) => {
-                tracing::debug!(pattern = %self.shared.pattern.text(), topic = %topic.name, "ringbus pattern follows a topic");
+                let (pattern, name) = (self.shared.pattern.clone(), topic.name.clone());
+                observe::emit(
+                    move || tracing::debug!(pattern = %pattern.text(), topic = %name, "ringbus pattern follows a topic"),
+                );
                 if let Some(shared) = sub.shared() {
                     lock(&self.shared.members).push((shared.clone(), topic.clone()));
                 }
@@ -539,6 +550,8 @@ where
     // message's `Drop`, a batch iterator) may make a topic, which waits for the list: so the
     // rings are made first, holding nothing, and under the list only a topic made meanwhile
     // can lack one, whose writer nobody holds but for a moment (else: start over).
+    // Events raised while the list is held wait for it (see `observe::Held`).
+    let _held = observe::Held::enter();
     let (mut list, matching) = loop {
         for (_, topic, _) in matching()? {
             sub.make_ring(&topic, true).transpose()?;

@@ -37,6 +37,7 @@ pub(crate) use task::poll_next;
 
 use crate::error::Error;
 use crate::handler::{panic_message, BatchHandler, Handler};
+use crate::observe;
 use crate::options::SubscribeOptions;
 use crate::shared::{current, BusState, Current, Polling, SubShared, IDLE, POLLING};
 use crate::stats::SubscriberStats;
@@ -162,7 +163,10 @@ where
         task: task(reader, sub.clone()),
     });
     let _ = sub.abort.set(handle.abort_handle());
-    tracing::debug!(topic = %topic.name, subscriber = %sub.name, "ringbus subscriber started");
+    let (name, started) = (topic.name.clone(), sub.clone());
+    observe::emit(move || {
+        tracing::debug!(topic = %name, subscriber = %started.name, "ringbus subscriber started");
+    });
     Ok(Subscription(Kind::Topic {
         sub,
         topic: topic.clone(),

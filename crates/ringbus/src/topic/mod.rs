@@ -34,7 +34,7 @@ pub(crate) use publish::PublishTo;
 
 use crate::error::{Error, RingTooLarge};
 use crate::lock::{WriterGuard, WriterLock};
-use crate::observe::TopicMetrics;
+use crate::observe::{self, TopicMetrics};
 use crate::parent::Parents;
 use crate::shared::{next_subscriber_id, BusState, SubShared, Tracker};
 use crate::stats::{SubscriberStats, TopicStats, Unhandled};
@@ -233,7 +233,10 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let ring = self.ring.get_or_init(|| Ring { stage, parents });
         *guard = Slot::Open(writer);
         drop(guard);
-        tracing::debug!(topic = %self.name, capacity = self.capacity, published, "ringbus topic's ring made");
+        let (name, capacity) = (self.name.clone(), self.capacity);
+        observe::emit(
+            move || tracing::debug!(topic = %name, capacity, published, "ringbus topic's ring made"),
+        );
         Ok(ring)
     }
 
