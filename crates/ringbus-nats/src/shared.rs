@@ -41,7 +41,7 @@ pub(crate) struct LinkShared {
 
 impl LinkShared {
     /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
-    /// linked in JetStream mode) and the dead letters. Only JetStream topics are stored:
+    /// linked in JetStream mode, or a pattern's subjects) and the dead letters. Only JetStream topics are stored:
     /// core topics under the same prefix are not captured.
     pub(crate) async fn stream(
         &self,
@@ -69,10 +69,11 @@ impl LinkShared {
             .map_err(|e| js_err(&e))?;
         let info = stream.cached_info();
         if !info.config.subjects.iter().any(|s| covers(s, subject)) {
-            // Made by another link (or for another topic): add this topic's subject. A stream
-            // with a wildcard that already matches it must be left alone (the server refuses
-            // an overlapping subject).
+            // Made by another link (or for another topic or pattern): add this subject, in
+            // place of those it covers. A stream with a wildcard that already covers it must be
+            // left alone: the server refuses overlapping subjects.
             let mut config = info.config.clone();
+            config.subjects.retain(|s| !covers(subject, s));
             config.subjects.push(subject.to_string());
             self.jetstream
                 .update_stream(config)

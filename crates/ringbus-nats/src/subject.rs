@@ -57,9 +57,18 @@ pub(crate) fn subject(prefix: &str, topic: &str) -> Result<String, LinkError> {
 }
 
 /// Whether `filter` (a stream's subject, which may hold wildcards: `*` one token, `>` the
-/// rest) matches the plain subject `subject`.
+/// rest) matches every subject that `subject` (plain, or holding wildcards too) matches.
 pub(crate) fn covers(filter: &str, subject: &str) -> bool {
-    ringbus::Pattern::parse(filter).is_ok_and(|p| p.matches(subject))
+    let (mut filter, mut subject) = (filter.split('.'), subject.split('.'));
+    loop {
+        match (filter.next(), subject.next()) {
+            (None, None) | (Some(">"), Some(_)) => return true,
+            // `*` stands for any one token; `>` (one or more) is more than one.
+            (Some("*"), Some(token)) if token != ">" => {}
+            (Some(f), Some(s)) if f == s => {}
+            _ => return false,
+        }
+    }
 }
 
 /// A name usable as a JetStream stream or consumer name: letters, digits, '-' and '_'.
@@ -126,6 +135,35 @@ mod tests {
             );
         }
         assert!(subject("app", &"a".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn a_filter_covers_what_it_matches_and_the_patterns_inside_it() {
+        for (filter, subject) in [
+            ("app.orders", "app.orders"),
+            ("app.*", "app.orders"),
+            ("app.>", "app.orders.eu"),
+            ("app.>", "app.orders.*"),
+            ("app.>", "app.>"),
+            ("app.*.eu", "app.*.eu"),
+            ("app.*", "app.*"),
+        ] {
+            assert!(covers(filter, subject), "{filter} covers {subject}");
+        }
+        for (filter, subject) in [
+            ("app.orders", "app.order"),
+            ("app.orders", "app.orders.eu"),
+            ("app.*", "app.orders.eu"),
+            ("app.*", "app.>"),
+            ("app.orders", "app.*"),
+            ("app.*.eu", "app.orders.*"),
+            ("app.orders.>", "app.orders"),
+        ] {
+            assert!(
+                !covers(filter, subject),
+                "{filter} does not cover {subject}"
+            );
+        }
     }
 
     #[test]
