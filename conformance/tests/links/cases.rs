@@ -461,8 +461,8 @@ async fn still_linked_after_the_connections_drop() {
 
 /// A pattern export sends every topic, made after it, and a pattern import brings every one
 /// its pattern matches, each into its own local topic (the subscriber is told which) and in
-/// its publish order; order across topics is not promised. JetStream and Redis have neither
-/// (see their crates): skipped.
+/// its publish order; order across topics is not promised. Redis imports no pattern (see its
+/// crate): skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patterns_carry_each_matching_topic_in_order() {
     const N: u64 = 100;

@@ -73,10 +73,9 @@ impl Kind {
         self != Kind::InProcess
     }
 
-    /// Imports a topic pattern (JetStream and Redis have no pattern import: see their
-    /// crates).
+    /// Imports a topic pattern (Redis has no pattern import: see its crate).
     pub(crate) fn imports_patterns(self) -> bool {
-        !matches!(self, Kind::JetStream | Kind::Redis)
+        self != Kind::Redis
     }
 }
 
@@ -642,8 +641,18 @@ impl PatternPair {
                     nats_link(url.clone(), &publisher).await,
                     nats_link(url, &subscriber).await,
                 );
-                s.import_pattern::<Msg>(pattern).await.unwrap();
-                p.export_pattern::<Msg>(">").await.unwrap();
+                let mode = if kind == Kind::JetStream {
+                    ringbus_nats::Mode::JetStream
+                } else {
+                    ringbus_nats::Mode::Core
+                };
+                let (fan_out, json) = (ringbus_nats::Sharing::FanOut, ringbus_nats::Json);
+                s.import_pattern_as::<Msg, _>(pattern, mode, fan_out, json)
+                    .await
+                    .unwrap();
+                p.export_pattern_with::<Msg, _>(">", mode, json)
+                    .await
+                    .unwrap();
                 vec![AnyLink::Nats(p), AnyLink::Nats(s)]
             }
             Some(Server::Redis(_)) => unreachable!("Redis imports no pattern"),

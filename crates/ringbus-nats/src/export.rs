@@ -18,6 +18,7 @@ use async_nats::Subject;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ringbus::{Batch, BatchHandler, HandlerError, SubscribeOptions, TopicBatchHandler};
 use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::codec::Codec;
@@ -31,6 +32,7 @@ use crate::wire::{encode, ExportError, Outgoing};
 /// A JetStream export awaiting its ack.
 struct Pending {
     ack: PublishAckFuture,
+    subject: Subject,
     message: Outgoing,
     sent: Instant,
 }
@@ -40,13 +42,23 @@ struct Exporter<T, C> {
     link: Arc<LinkShared>,
     codec: C,
     /// JetStream: the ack window.
-    acks: Option<(mpsc::Sender<Pending>, Arc<AtomicU64>)>,
+    acks: Option<Window>,
     /// The last body's length: the next body's buffer is made that size at once.
     body_size: AtomicUsize,
     _message: PhantomData<fn(&T)>,
 }
 
 impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
+    fn new(link: &Arc<LinkShared>, codec: C, acks: Option<Window>) -> Self {
+        Self {
+            link: link.clone(),
+            codec,
+            acks,
+            body_size: AtomicUsize::new(0),
+            _message: PhantomData,
+        }
+    }
+
     async fn export(&self, topic: &str, subject: &Subject, msg: &T) -> Result<(), ExportError> {
         if self.codec.is_imported(msg) {
             add(&self.link.counters.echo_skipped);
@@ -75,7 +87,13 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 let ack = publish_js(&self.link, subject, &message, sent).await?;
                 pending.fetch_add(1, Ordering::Relaxed);
                 // Waits while the window is full: backpressure into the bus.
-                if window.send(Pending { ack, message, sent }).await.is_err() {
+                let pending_ack = Pending {
+                    ack,
+                    subject: subject.clone(),
+                    message,
+                    sent,
+                };
+                if window.send(pending_ack).await.is_err() {
                     pending.fetch_sub(1, Ordering::Relaxed);
                     return Err(ExportError::Send("the link is closing".into()));
                 }
@@ -127,7 +145,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C
     }
 }
 
-/// The handler of a pattern's core export: each batch to the subject its topic names.
+/// The handler of a pattern's export: each batch to the subject its topic names.
 impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T, C> {
     #[allow(clippy::manual_async_fn)]
     fn call<'a>(
@@ -191,8 +209,6 @@ async fn publish_js(
 /// message before the re-sends.
 async fn ack_loop(
     link: Arc<LinkShared>,
-    topic: Arc<str>,
-    subject: Subject,
     mut window: mpsc::Receiver<Pending>,
     pending: Arc<AtomicU64>,
 ) {
@@ -201,7 +217,7 @@ async fn ack_loop(
     loop {
         tokio::select! {
             next = window.recv(), if confirming.len() < limit => match next {
-                Some(export) => confirming.push(confirm(&link, &topic, &subject, export)),
+                Some(export) => confirming.push(confirm(&link, export)),
                 None => break,
             },
             Some(()) = confirming.next(), if !confirming.is_empty() => {
@@ -216,8 +232,13 @@ async fn ack_loop(
 
 /// Awaits the ack of one export, re-sending it (same message id: the server drops a copy it
 /// already stored) until it is acked or `publish_retry_for` has passed.
-async fn confirm(link: &LinkShared, topic: &str, subject: &Subject, export: Pending) {
-    let Pending { ack, message, sent } = export;
+async fn confirm(link: &LinkShared, export: Pending) {
+    let Pending {
+        ack,
+        subject,
+        message,
+        sent,
+    } = export;
     let mut ack = Some(ack);
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -236,7 +257,7 @@ async fn confirm(link: &LinkShared, topic: &str, subject: &Subject, export: Pend
             Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
                 add(&link.counters.export_errors);
                 tracing::error!(
-                    topic,
+                    %subject,
                     error = %e,
                     "ringbus-nats: JetStream never acknowledged an export; giving up on it"
                 );
@@ -244,13 +265,37 @@ async fn confirm(link: &LinkShared, topic: &str, subject: &Subject, export: Pend
             }
             Err(e) => {
                 add(&link.counters.export_retries);
-                tracing::debug!(topic, error = %e, "ringbus-nats: re-sending an unacked export");
+                tracing::debug!(%subject, error = %e, "ringbus-nats: re-sending an unacked export");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
-                ack = publish_js(link, subject, &message, sent).await.ok();
+                ack = publish_js(link, &subject, &message, sent).await.ok();
             }
         }
     }
+}
+
+/// The handler's end of a JetStream export's ack window, and the count of exports awaiting
+/// their ack.
+type Window = (mpsc::Sender<Pending>, Arc<AtomicU64>);
+
+/// The acker of a JetStream export, which `close` waits for, and the same count.
+type Acker = (JoinHandle<()>, Arc<AtomicU64>);
+
+/// A JetStream export's ack window and its acker, after the stream is made (or given
+/// `subject`); neither for core NATS.
+async fn ack_window(
+    link: &Arc<LinkShared>,
+    subject: &str,
+    mode: Mode,
+) -> Result<(Option<Window>, Option<Acker>), LinkError> {
+    if mode == Mode::Core {
+        return Ok((None, None));
+    }
+    link.stream(subject).await?;
+    let (tx, rx) = mpsc::channel(link.js.ack_window.clamp(1, Semaphore::MAX_PERMITS));
+    let pending = Arc::new(AtomicU64::new(0));
+    let acker = tokio::spawn(ack_loop(link.clone(), rx, pending.clone()));
+    Ok((Some((tx, pending.clone())), Some((acker, pending))))
 }
 
 /// Starts exporting `topic`.
@@ -265,79 +310,56 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let subject = Subject::from(subject);
+    let (acks, acker) = ack_window(link, &subject, mode).await?;
     let topic: Arc<str> = Arc::from(topic);
-    let (acks, acker) = match mode {
-        Mode::Core => (None, None),
-        Mode::JetStream => {
-            link.stream(&subject).await?;
-            let (tx, rx) = mpsc::channel(link.js.ack_window.clamp(1, Semaphore::MAX_PERMITS));
-            let pending = Arc::new(AtomicU64::new(0));
-            let acker = tokio::spawn(ack_loop(
-                link.clone(),
-                topic.clone(),
-                subject.clone(),
-                rx,
-                pending.clone(),
-            ));
-            (Some((tx, pending.clone())), Some((acker, pending)))
-        }
-    };
     let exporter = TopicExport {
         topic: topic.clone(),
-        subject,
-        exporter: Exporter::<T, C> {
-            link: link.clone(),
-            codec,
-            acks,
-            body_size: AtomicUsize::new(0),
-            _message: PhantomData,
-        },
+        subject: Subject::from(subject),
+        exporter: Exporter::<T, C>::new(link, codec, acks),
     };
     let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));
-    let subscription = match link.bus.subscribe_batch(&topic, options, exporter) {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some((acker, _)) = acker {
-                acker.abort();
-            }
-            return Err(e.into());
-        }
-    };
-    tracing::info!(topic = %topic, ?mode, "ringbus-nats: exporting");
-    Ok(ExportTask {
-        topic: topic.to_string(),
-        subscription,
-        acker,
-    })
+    let subscribed = link.bus.subscribe_batch(&topic, options, exporter);
+    started(&topic, mode, subscribed, acker)
 }
 
-/// Starts exporting every topic `pattern` matches, present and future, over core NATS: each
-/// to the subject `<prefix>.<topic>`.
-pub(crate) fn start_pattern<T, C>(
+/// Starts exporting every topic `pattern` matches, present and future: each to the subject
+/// `<prefix>.<topic>`.
+pub(crate) async fn start_pattern<T, C>(
     link: &Arc<LinkShared>,
     pattern: &str,
+    mode: Mode,
     codec: C,
 ) -> Result<ExportTask, LinkError>
 where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let exporter = Exporter::<T, C> {
-        link: link.clone(),
-        codec,
-        acks: None,
-        body_size: AtomicUsize::new(0),
-        _message: PhantomData,
-    };
+    let subjects = format!("{}.{pattern}", link.prefix);
+    let (acks, acker) = ack_window(link, &subjects, mode).await?;
+    let exporter = Exporter::<T, C>::new(link, codec, acks);
     let options = SubscribeOptions::new().name(format!("nats-export:{pattern}"));
-    let subscription = link
-        .bus
-        .subscribe_pattern_batch(pattern, options, exporter)?;
-    tracing::info!(pattern, "ringbus-nats: exporting a pattern");
-    Ok(ExportTask {
-        topic: pattern.to_string(),
-        subscription,
-        acker: None,
-    })
+    let subscribed = link.bus.subscribe_pattern_batch(pattern, options, exporter);
+    started(pattern, mode, subscribed, acker)
+}
+
+/// The export of `name` (a topic or a pattern) once its subscribe returned: on a refusal the
+/// acker, which would wait for nothing, is stopped.
+fn started(
+    name: &str,
+    mode: Mode,
+    subscribed: Result<ringbus::Subscription, ringbus::Error>,
+    acker: Option<Acker>,
+) -> Result<ExportTask, LinkError> {
+    match subscribed {
+        Ok(subscription) => {
+            tracing::info!(name, ?mode, "ringbus-nats: exporting");
+            Ok(ExportTask::new(name.to_string(), subscription, acker))
+        }
+        Err(e) => {
+            if let Some((acker, _)) = acker {
+                acker.abort();
+            }
+            Err(e.into())
+        }
+    }
 }

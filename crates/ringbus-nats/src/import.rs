@@ -6,7 +6,8 @@
 //! `import_buffer` messages.
 //! JetStream: a durable pull consumer with explicit acks (`<durable>_<topic>`, or
 //! `<group>_<topic>` when shared: instances pulling from one consumer compete for its
-//! messages); each message is published with a delivery receipt and settled once every local
+//! messages; `<durable>_pattern_<pattern>` for a pattern, its wildcards spelled `any` and
+//! `rest`, each message going to the local topic its subject names); each message is published with a delivery receipt and settled once every local
 //! subscriber has handled it (`ringbus_link::engine::Settlement`): acked; dead-lettered and
 //! terminated when a handler gave up on it (after its own retries), so the handlers that
 //! succeeded never see it again; nacked with a delay when a subscriber ended before handling
@@ -82,52 +83,64 @@ where
             ))
         }
         Mode::JetStream => {
-            let stream = link.stream(&subject).await?;
             let owner = sharing.group().unwrap_or(&link.js.durable);
             let durable = crate::subject::durable_name(&[owner, topic]);
-            let config = pull::Config {
-                durable_name: Some(durable.clone()),
-                filter_subject: subject.clone(),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: link.js.ack_wait,
-                max_deliver: i64::from(link.js.max_deliver.max(1)),
-                max_ack_pending: link.js.max_in_flight.max(1) as i64,
-                ..Default::default()
-            };
-            let consumer: jetstream::consumer::Consumer<pull::Config> = stream
-                .get_or_create_consumer(&durable, config.clone())
-                .await
-                .map_err(|e| LinkError::setup(e.to_string()))?;
-            // The name keeps only letters, digits and '-' of the topic, so two topics can
-            // map to one consumer ("orders.eu" and "orders_eu"): one that already reads
-            // another subject is not ours, and reading it would take the other topic's
-            // messages (and leave ours unread).
-            let reads = &consumer.cached_info().config.filter_subject;
-            if *reads != subject {
-                return Err(LinkError::setup(format!(
-                    "the durable consumer \"{durable}\" for topic \"{topic}\" already reads \
-                     \"{reads}\", not \"{subject}\": two topics map to that name (it keeps \
-                     only letters, digits and '-'); rename one, or import it with another \
-                     durable name or group"
-                )));
-            }
-            let allowed = deliveries_allowed(&consumer, &config);
-            let inbound = JetStreamImport {
-                link: link.clone(),
-                topic: topic.to_string(),
-                subject,
-                allowed,
-            };
-            let reader = Pulls {
-                consumer,
-                messages: None,
-                retry: Duration::from_millis(100),
-            };
+            let (inbound, reader) = jetstream_import(link, topic, subject, durable, None).await?;
             import::spawn(inbound, reader, import::Destination::Topic(local), codec)
         }
     };
     tracing::info!(topic = %topic, ?mode, group = ?sharing.group(), "ringbus-nats: importing");
     Ok(ImportTask::new(task, "ringbus-nats"))
+}
+
+/// The durable consumer of a JetStream import of `name` (a topic, or with `pattern_prefix`
+/// a pattern) reading `subject`, made if missing, and the import that reads it.
+async fn jetstream_import(
+    link: &Arc<LinkShared>,
+    name: &str,
+    subject: String,
+    durable: String,
+    pattern_prefix: Option<usize>,
+) -> Result<(JetStreamImport, Pulls), LinkError> {
+    let stream = link.stream(&subject).await?;
+    let config = pull::Config {
+        durable_name: Some(durable.clone()),
+        filter_subject: subject.clone(),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: link.js.ack_wait,
+        max_deliver: i64::from(link.js.max_deliver.max(1)),
+        max_ack_pending: link.js.max_in_flight.max(1) as i64,
+        ..Default::default()
+    };
+    let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .get_or_create_consumer(&durable, config.clone())
+        .await
+        .map_err(|e| LinkError::setup(e.to_string()))?;
+    // The name keeps only letters, digits and '-' of the topic or pattern, so two can map to
+    // one consumer ("orders.eu" and "orders_eu"): one that already reads another subject is
+    // not ours, and reading it would take the other's messages (and leave ours unread).
+    let reads = &consumer.cached_info().config.filter_subject;
+    if *reads != subject {
+        return Err(LinkError::setup(format!(
+            "the durable consumer \"{durable}\" for \"{name}\" already reads \"{reads}\", \
+             not \"{subject}\": two topics or patterns map to that name (it keeps only \
+             letters, digits and '-'); rename one, or import it with another durable name \
+             or group"
+        )));
+    }
+    let allowed = deliveries_allowed(&consumer, &config);
+    let inbound = JetStreamImport {
+        link: link.clone(),
+        topic: name.to_string(),
+        allowed,
+        pattern_prefix,
+    };
+    let reader = Pulls {
+        consumer,
+        messages: None,
+        retry: Duration::from_millis(100),
+    };
+    Ok((inbound, reader))
 }
 
 /// The deliveries `consumer` allows a message, which the import dead-letters on the last
@@ -179,11 +192,12 @@ pub(crate) async fn core_subscribe(
 }
 
 /// Starts importing every subject matching `subject` (the prefix and a topic pattern) into
-/// the local topic named by the subject less `prefix.`, core NATS.
+/// the local topic named by the subject less `prefix.`.
 pub(crate) async fn start_pattern<T, C>(
     link: &Arc<LinkShared>,
     pattern: &str,
     subject: String,
+    mode: Mode,
     sharing: &Sharing,
     codec: C,
 ) -> Result<ImportTask, LinkError>
@@ -191,15 +205,29 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let subscriber = core_subscribe(link, &subject, sharing).await?;
     let prefix_len = subject.len() - pattern.len();
-    let task = tokio::spawn(core_loop(
-        link.clone(),
-        Destination::Named { prefix_len },
-        codec,
-        subscriber,
-    ));
-    tracing::info!(pattern = %pattern, group = ?sharing.group(), "ringbus-nats: importing a pattern");
+    let task = match mode {
+        Mode::Core => {
+            let subscriber = core_subscribe(link, &subject, sharing).await?;
+            tokio::spawn(core_loop(
+                link.clone(),
+                Destination::Named { prefix_len },
+                codec,
+                subscriber,
+            ))
+        }
+        Mode::JetStream => {
+            let owner = sharing.group().unwrap_or(&link.js.durable);
+            // Wildcards are spelled out: "orders.*" and "orders.>" need consumers of their own.
+            let spelled = pattern.replace('*', "any").replace('>', "rest");
+            let durable = crate::subject::durable_name(&[owner, "pattern", &spelled]);
+            let (inbound, reader) =
+                jetstream_import(link, pattern, subject, durable, Some(prefix_len)).await?;
+            let into = import::Destination::Named(link.bus.clone());
+            import::spawn(inbound, reader, into, codec)
+        }
+    };
+    tracing::info!(pattern = %pattern, ?mode, group = ?sharing.group(), "ringbus-nats: importing a pattern");
     Ok(ImportTask::new(task, "ringbus-nats"))
 }
 
@@ -275,14 +303,27 @@ async fn core_loop<T, C>(
     }
 }
 
-/// A JetStream import of one topic: the durable consumer's messages, settled as
+/// A JetStream import of one topic or pattern: the durable consumer's messages, settled as
 /// `ringbus_link::import` says.
 struct JetStreamImport {
     link: Arc<LinkShared>,
+    /// The topic, or the pattern, imported.
     topic: String,
-    subject: String,
     /// The deliveries the consumer allows (see `deliveries_allowed`); below 1, any number.
     allowed: i64,
+    /// A pattern import: each message's local topic is its subject past these bytes (the
+    /// prefix and its dot).
+    pattern_prefix: Option<usize>,
+}
+
+impl JetStreamImport {
+    /// The local topic of `message`: the import's own, or the one its subject names.
+    fn local_topic<'m>(&'m self, message: &'m jetstream::Message) -> &'m str {
+        match self.pattern_prefix {
+            None => &self.topic,
+            Some(n) => message.subject.get(n..).unwrap_or_default(),
+        }
+    }
 }
 
 /// The pulling side of a JetStream import: the consumer and its current stream of pulls.
@@ -411,19 +452,27 @@ impl Inbound for JetStreamImport {
         self.allowed > 0 && delivered >= self.allowed
     }
 
+    fn topic_of<'m>(&self, message: &'m jetstream::Message) -> Option<&'m str> {
+        self.pattern_prefix.and_then(|n| message.subject.get(n..))
+    }
+
     fn decode<T, C: Codec<T>>(&self, codec: &C, message: &jetstream::Message) -> Result<T, String> {
         decode(
             codec,
-            &self.topic,
+            self.local_topic(message),
             message.headers.as_ref(),
             &message.payload,
             self.link.max_message_bytes,
         )
-        .map_err(|reason| format!("{reason} (subject {})", self.subject))
+        .map_err(|reason| format!("{reason} (subject {})", message.subject))
     }
 
     fn context(&self, message: &jetstream::Message) -> Context {
-        crate::otel::context(&self.topic, &self.subject, message.headers.as_ref())
+        crate::otel::context(
+            self.local_topic(message),
+            &message.subject,
+            message.headers.as_ref(),
+        )
     }
 
     async fn ack(&self, messages: &[jetstream::Message]) -> bool {
@@ -443,7 +492,7 @@ impl Inbound for JetStreamImport {
     }
 
     async fn dead_letter(&self, message: &jetstream::Message, reason: &str) -> bool {
-        dead_letter(&self.link, &self.topic, message, reason).await
+        dead_letter(&self.link, self.local_topic(message), message, reason).await
     }
 }
 

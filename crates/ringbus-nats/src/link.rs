@@ -382,12 +382,13 @@ impl Link {
     /// to core NATS, JSON-encoded: each to the subject `<prefix>.<topic>`. A pattern is
     /// NATS-style (see [`ringbus::Pattern`]); each matching topic is exported as
     /// [`export`](Self::export) exports one, in its order, from the moment this returns (or
-    /// the moment the topic is made).
+    /// the moment the topic is made). [`export_pattern_with`](Self::export_pattern_with)
+    /// exports over JetStream.
     ///
     /// A topic already exported by name, or by a pattern that shares a topic with this one,
     /// is [`LinkError::AlreadyLinked`]: no message goes out twice. A matching topic of another
     /// type refuses the export ([`LinkError::Bus`]); one made later with another type is
-    /// refused at its making. JetStream exports are per topic.
+    /// refused at its making.
     ///
     /// # Cancel safety
     ///
@@ -404,21 +405,39 @@ impl Link {
         T: Send + Sync + 'static,
         Json: Codec<T>,
     {
-        self.export_pattern_with(pattern, Json).await
+        self.export_pattern_with(pattern, Mode::Core, Json).await
     }
 
-    /// As [`export_pattern`](Self::export_pattern), with another codec.
+    /// As [`export_pattern`](Self::export_pattern), in `mode`, with `codec`. In
+    /// [`Mode::JetStream`] the link's stream takes the subjects `<prefix>.<pattern>` (in
+    /// place of the single topics' subjects it covers), and each message is confirmed by the
+    /// server as [`export`](Self::export) confirms one, through one ack window for the
+    /// pattern.
     ///
     /// # Cancel safety
     ///
-    /// As [`export_pattern`](Self::export_pattern).
-    pub async fn export_pattern_with<T, C>(&self, pattern: &str, codec: C) -> Result<(), LinkError>
+    /// As [`export`](Self::export) in the same mode: not cancel safe in
+    /// [`Mode::JetStream`] (the stream may take the subjects and the pattern be left
+    /// unlinked, free to export again).
+    ///
+    /// ```no_run
+    /// # async fn demo(link: ringbus_nats::Link) -> Result<(), ringbus_nats::LinkError> {
+    /// use ringbus_nats::{Json, Mode};
+    /// link.export_pattern_with::<String, _>("orders.>", Mode::JetStream, Json).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn export_pattern_with<T, C>(
+        &self,
+        pattern: &str,
+        mode: Mode,
+        codec: C,
+    ) -> Result<(), LinkError>
     where
         T: Send + Sync + 'static,
         C: Codec<T>,
     {
         subject::check_pattern(pattern)?;
-        let start = async { export::start_pattern::<T, C>(&self.inner, pattern, codec) };
+        let start = export::start_pattern::<T, C>(&self.inner, pattern, mode, codec);
         self.inner.runtime.add_export(pattern, start).await
     }
 
@@ -534,7 +553,8 @@ impl Link {
     /// the local topic the subject names (`<prefix>.orders.eu` into `orders.eu`), JSON-decoded;
     /// each topic is made on its first message, so a local
     /// [`subscribe_pattern`](ringbus::Bus::subscribe_pattern) of the same pattern handles them
-    /// all. Core NATS, fan-out: every importing instance sees every message.
+    /// all. Core NATS, fan-out: every importing instance sees every message;
+    /// [`import_pattern_as`](Self::import_pattern_as) imports over JetStream, or shared.
     ///
     /// The pattern is NATS's: `*` one token, `>` (last) the rest; a malformed one is
     /// [`LinkError::BadName`] here. A message whose topic carries another type locally is
@@ -550,18 +570,36 @@ impl Link {
         T: Send + Sync + 'static,
         Json: Codec<T>,
     {
-        self.import_pattern_as(pattern, Sharing::FanOut, Json).await
+        self.import_pattern_as(pattern, Mode::Core, Sharing::FanOut, Json)
+            .await
     }
 
-    /// As [`import_pattern`](Self::import_pattern), fan-out or shared in a queue group (as
-    /// [`import_shared`](Self::import_shared)), with `codec`.
+    /// As [`import_pattern`](Self::import_pattern), in `mode`, fan-out or shared (as
+    /// [`import_as`](Self::import_as)), with `codec`.
+    ///
+    /// In [`Mode::JetStream`] one durable consumer, `<durable>_pattern_<pattern>` (or
+    /// `<group>_pattern_<pattern>` when shared), reads the pattern's subjects of the link's
+    /// stream, and each message is settled as [`import`](Self::import) settles one: acked
+    /// once every local subscriber of its topic handled it. A message whose topic carries
+    /// another type locally, or that does not decode, is dead-lettered to
+    /// `<dead_letter_prefix>.<topic>`; the import goes on.
     ///
     /// # Cancel safety
     ///
-    /// As [`import_pattern`](Self::import_pattern).
+    /// As [`import_pattern`](Self::import_pattern) (JetStream keeps the messages for a later
+    /// import).
+    ///
+    /// ```no_run
+    /// # async fn demo(link: ringbus_nats::Link) -> Result<(), ringbus_nats::LinkError> {
+    /// use ringbus_nats::{Json, Mode, Sharing};
+    /// link.import_pattern_as::<String, _>("orders.>", Mode::JetStream, Sharing::FanOut, Json)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn import_pattern_as<T, C>(
         &self,
         pattern: &str,
+        mode: Mode,
         sharing: Sharing,
         codec: C,
     ) -> Result<(), LinkError>
@@ -574,7 +612,8 @@ impl Link {
             subject::check(group, "queue group")?;
         }
         let subject = format!("{}.{pattern}", self.inner.prefix);
-        let start = import::start_pattern::<T, C>(&self.inner, pattern, subject, &sharing, codec);
+        let start =
+            import::start_pattern::<T, C>(&self.inner, pattern, subject, mode, &sharing, codec);
         self.inner.runtime.add_import(pattern, start).await
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ringbus::Bus;
 use ringbus_link::testing::{eventually, forwarding, Touchy, WAIT};
 use ringbus_nats::testing::{NatsServer, ServerOptions};
-use ringbus_nats::{Auth, Envelope, JetStreamOptions, Link, LinkError, Mode};
+use ringbus_nats::{Auth, Envelope, JetStreamOptions, Json, Link, LinkError, Mode, Sharing};
 use tokio::sync::mpsc;
 
 async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
@@ -15,6 +15,45 @@ async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
         .await
         .expect("nothing within the wait")
         .expect("channel closed")
+}
+
+/// Receives `n` messages `(topic, k)` for each topic of `bases`, and checks that each topic's
+/// are its base and the `n - 1` numbers after it, in order.
+async fn expect_in_order(
+    rx: &mut mpsc::UnboundedReceiver<(String, u64)>,
+    bases: &[(&str, u64)],
+    n: u64,
+) {
+    let mut got = Vec::new();
+    for _ in 0..bases.len() as u64 * n {
+        got.push(recv(rx).await);
+    }
+    for &(topic, base) in bases {
+        let seen: Vec<u64> = got
+            .iter()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, k)| *k)
+            .collect();
+        assert_eq!(seen, (base..base + n).collect::<Vec<_>>(), "{topic}");
+    }
+}
+
+/// A subscriber of `pattern` on `bus` sending each `(topic, n)` it handles to the receiver.
+fn forwarding_pattern(
+    bus: &Bus,
+    pattern: &str,
+) -> (
+    ringbus::Subscription,
+    mpsc::UnboundedReceiver<(String, u64)>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe_pattern(pattern, move |topic: &str, n: &u64| {
+            let _ = tx.send((topic.to_string(), *n));
+            async {}
+        })
+        .unwrap();
+    (sub, rx)
 }
 
 /// A JetStream link (memory storage, `js` otherwise) on `bus` under `prefix`.
@@ -550,13 +589,7 @@ async fn a_pattern_import_brings_every_matching_topic_in() {
     out.export::<u64>("orders.x.text", Mode::Core)
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = local
-        .subscribe_pattern("orders.*", move |topic: &str, n: &u64| {
-            let _ = tx.send((topic.to_string(), *n));
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut rx) = forwarding_pattern(&local, "orders.*");
     inbound.import_pattern::<u64>("orders.>").await.unwrap();
     assert!(matches!(
         inbound.import_pattern::<u64>("orders.>").await,
@@ -576,20 +609,7 @@ async fn a_pattern_import_brings_every_matching_topic_in() {
         remote.publish("orders.eu", 100 + i).await.unwrap();
         remote.publish("orders.us", 200 + i).await.unwrap();
     }
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        got.push(recv(&mut rx).await);
-    }
-    for region in ["eu", "us"] {
-        let topic = format!("orders.{region}");
-        let base = if region == "eu" { 100 } else { 200 };
-        let seen: Vec<u64> = got
-            .iter()
-            .filter(|(t, _)| *t == topic)
-            .map(|(_, n)| *n)
-            .collect();
-        assert_eq!(seen, (base..base + 10).collect::<Vec<_>>(), "{topic}");
-    }
+    expect_in_order(&mut rx, &[("orders.eu", 100), ("orders.us", 200)], 10).await;
     // orders.eu.paid was imported too (into a topic nobody here subscribes to).
     eventually("every match imported", || inbound.stats().imported == 21).await;
     assert!(inbound.close(WAIT).await.complete);
@@ -631,13 +651,7 @@ async fn a_pattern_export_sends_every_matching_topic_out() {
     ));
 
     let inbound = Link::builder(server.url()).connect(&local).await.unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let _sub = local
-        .subscribe_pattern(">", move |topic: &str, n: &u64| {
-            let _ = tx.send((topic.to_string(), *n));
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut rx) = forwarding_pattern(&local, ">");
     inbound.import_pattern::<u64>(">").await.unwrap();
     for i in 0..10u64 {
         remote.publish("orders.eu", 100 + i).await.unwrap();
@@ -645,22 +659,81 @@ async fn a_pattern_export_sends_every_matching_topic_out() {
         remote.publish("orders.eu.paid", i).await.unwrap();
         remote.publish("billing", i).await.unwrap();
     }
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        got.push(recv(&mut rx).await);
-    }
-    for (topic, base) in [("orders.eu", 100), ("orders.us", 200)] {
-        let seen: Vec<u64> = got
-            .iter()
-            .filter(|(t, _)| t == topic)
-            .map(|(_, n)| *n)
-            .collect();
-        assert_eq!(seen, (base..base + 10).collect::<Vec<_>>(), "{topic}");
-    }
+    expect_in_order(&mut rx, &[("orders.eu", 100), ("orders.us", 200)], 10).await;
     assert!(out.close(WAIT).await.complete);
     assert_eq!(out.stats().exported, 20);
     assert!(inbound.close(WAIT).await.complete);
     local.close().await;
     remote.close().await;
     assert!(rx.try_recv().is_err(), "{:?}", rx.try_recv());
+}
+
+/// Patterns over JetStream, at least once. The pattern export puts `<prefix>.orders.>` in the
+/// stream in place of the topic subject it covers, and stores every matching topic's
+/// messages, those of topics made after it included. A pattern import made later still gets
+/// them all (the stream kept them), each into the local topic its subject names, in order.
+/// Each is acked once handled. The one whose local topic has another type is dead-lettered
+/// to that topic's dead-letter subject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_travel_over_jetstream_at_least_once() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let (remote, local) = (Bus::new(), Bus::new());
+    let out = js_link(&server, "jsp", JetStreamOptions::default(), &remote).await;
+    // The stream exists already, holding one topic the pattern covers.
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    raw.create_stream(async_nats::jetstream::stream::Config {
+        name: out.stream_name().to_string(),
+        subjects: vec!["jsp.orders.eu".to_string(), "jsp-dead.>".to_string()],
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    remote.topic::<u64>("orders.eu").unwrap();
+    out.export_pattern_with::<u64, _>("orders.>", Mode::JetStream, Json)
+        .await
+        .unwrap();
+    let mut stream = raw.get_stream(out.stream_name()).await.unwrap();
+    let mut subjects = stream.info().await.unwrap().config.subjects.clone();
+    subjects.sort();
+    assert_eq!(subjects, ["jsp-dead.>", "jsp.orders.>"]);
+
+    for i in 0..10u64 {
+        remote.publish("orders.eu", 100 + i).await.unwrap();
+        remote.publish("orders.us", 200 + i).await.unwrap(); // made by this publish
+        remote.publish("billing", i).await.unwrap();
+    }
+    remote.publish("orders.x.text", 0u64).await.unwrap();
+    eventually("every match stored", || out.stats().export_acked == 21).await;
+
+    local.topic::<String>("orders.x.text").unwrap();
+    let (_sub, mut rx) = forwarding_pattern(&local, "orders.*");
+    let inbound = js_link(&server, "jsp", JetStreamOptions::default(), &local).await;
+    inbound
+        .import_pattern_as::<u64, _>("orders.>", Mode::JetStream, Sharing::FanOut, Json)
+        .await
+        .unwrap();
+    expect_in_order(&mut rx, &[("orders.eu", 100), ("orders.us", 200)], 10).await;
+    eventually("each acked, the other type's dead-lettered", || {
+        let stats = inbound.stats();
+        (stats.acked, stats.dead_lettered) == (20, 1)
+    })
+    .await;
+    stream
+        .get_last_raw_message_by_subject("jsp-dead.orders.x.text")
+        .await
+        .expect("the dead letter, under its topic");
+    let consumer = stream
+        .consumer_info("ringbus_pattern_orders_rest")
+        .await
+        .unwrap();
+    assert_eq!(consumer.config.filter_subject, "jsp.orders.>");
+    assert!(inbound.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
+    local.close().await;
+    assert!(rx.try_recv().is_err(), "{:?}", rx.try_recv());
+    let names: Vec<String> = local.stats().topics.into_iter().map(|t| t.name).collect();
+    assert!(!names.iter().any(|t| t == "billing"), "{names:?}");
 }
