@@ -743,6 +743,12 @@ BUGS = [
      "            (Some(\"*\"), Some(_)) => {}\n",
      ({}, ["cargo", "test", "-q", "-p", "ringbus-nats", "--lib", "--", "--exact",
            "subject::tests::a_filter_covers_what_it_matches_and_the_patterns_inside_it"])),
+    ("nats jetstream pattern import: a shared import's consumer is named by the instance",
+     NATS + "import.rs",
+     "            let durable = crate::subject::durable_name(&[owner, \"pattern\", &spelled]);\n",
+     "            let durable = crate::subject::durable_name(&[&link.js.durable, \"pattern\", &spelled]);\n"
+     "            let _ = owner;\n",
+     plain("nats", "sharing::shared_imports_give_each_message_to_one_instance")),
 ]
 
 

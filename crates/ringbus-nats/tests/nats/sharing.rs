@@ -1,7 +1,8 @@
 //! Fan-out and shared imports ([`Sharing`]): two importing links in one process stand for two
 //! instances of a service. Fan-out: each sees every message. Shared: each message goes to
 //! exactly one of them (on core, barring losses the test rules out by keeping the client's
-//! buffer larger than the run). Against a real `nats-server` on 127.0.0.1 (skipped without
+//! buffer larger than the run). Each case runs twice: the topic imported by name, and through
+//! the pattern `*`, which matches it. Against a real `nats-server` on 127.0.0.1 (skipped without
 //! one unless `REQUIRE_NATS=1`). The multi-process version is `tests/nats/scale.rs`.
 
 use std::collections::BTreeMap;
@@ -25,7 +26,14 @@ struct Instance {
     handled: Handled,
 }
 
-async fn instance(server: &NatsServer, durable: &str, mode: Mode, sharing: Sharing) -> Instance {
+/// An instance importing `TOPIC` by name, or through `pattern`.
+async fn instance(
+    server: &NatsServer,
+    durable: &str,
+    mode: Mode,
+    sharing: Sharing,
+    pattern: Option<&str>,
+) -> Instance {
     let bus = Bus::new();
     let handled = Handled::default();
     let record = handled.clone();
@@ -44,9 +52,17 @@ async fn instance(server: &NatsServer, durable: &str, mode: Mode, sharing: Shari
         .connect(&bus)
         .await
         .unwrap();
-    link.import_as::<u64, _>(TOPIC, mode, sharing, ringbus_nats::Json)
-        .await
-        .unwrap();
+    let imported = match pattern {
+        None => {
+            link.import_as::<u64, _>(TOPIC, mode, sharing, ringbus_nats::Json)
+                .await
+        }
+        Some(pattern) => {
+            link.import_pattern_as::<u64, _>(pattern, mode, sharing, ringbus_nats::Json)
+                .await
+        }
+    };
+    imported.unwrap();
     Instance { bus, link, handled }
 }
 
@@ -103,38 +119,55 @@ async fn run(
     out
 }
 
+/// Each mode, with the topic imported by name and through a pattern.
+fn cases() -> [(Mode, Option<&'static str>); 4] {
+    [
+        (Mode::Core, None),
+        (Mode::JetStream, None),
+        (Mode::Core, Some("*")),
+        (Mode::JetStream, Some("*")),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_imports_give_every_instance_every_message() {
-    for mode in [Mode::Core, Mode::JetStream] {
+    for (mode, pattern) in cases() {
         let Some(server) = NatsServer::start() else {
             return;
         };
         // JetStream fan-out: a durable name per instance.
-        let a = instance(&server, "a", mode, Sharing::FanOut).await;
-        let b = instance(&server, "b", mode, Sharing::FanOut).await;
+        let a = instance(&server, "a", mode, Sharing::FanOut, pattern).await;
+        let b = instance(&server, "b", mode, Sharing::FanOut, pattern).await;
         let handled = run(&server, mode, vec![a, b], 2 * COUNT).await;
         for (i, seen) in handled.iter().enumerate() {
-            assert_eq!(seen.len() as u64, COUNT, "{mode:?}: instance {i}");
-            assert!(seen.values().all(|&n| n == 1), "{mode:?}: instance {i}");
+            assert_eq!(
+                seen.len() as u64,
+                COUNT,
+                "{mode:?} {pattern:?}: instance {i}"
+            );
+            assert!(
+                seen.values().all(|&n| n == 1),
+                "{mode:?} {pattern:?}: instance {i}"
+            );
         }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_imports_give_each_message_to_one_instance() {
-    for mode in [Mode::Core, Mode::JetStream] {
+    for (mode, pattern) in cases() {
         let Some(server) = NatsServer::start() else {
             return;
         };
         // Different durable names: only the group makes them share.
-        let a = instance(&server, "a", mode, Sharing::shared("workers")).await;
-        let b = instance(&server, "b", mode, Sharing::shared("workers")).await;
+        let a = instance(&server, "a", mode, Sharing::shared("workers"), pattern).await;
+        let b = instance(&server, "b", mode, Sharing::shared("workers"), pattern).await;
         let handled = run(&server, mode, vec![a, b], COUNT).await;
         let mut union = BTreeMap::new();
         for seen in &handled {
             assert!(
                 !seen.is_empty(),
-                "{mode:?}: an instance got no share: {:?}",
+                "{mode:?} {pattern:?}: an instance got no share: {:?}",
                 handled.iter().map(BTreeMap::len).collect::<Vec<_>>()
             );
             for (&id, &n) in seen {
@@ -144,12 +177,12 @@ async fn shared_imports_give_each_message_to_one_instance() {
         assert_eq!(
             union.len() as u64,
             COUNT,
-            "{mode:?}: some message not handled"
+            "{mode:?} {pattern:?}: some message not handled"
         );
         let twice: Vec<_> = union.iter().filter(|&(_, &n)| n > 1).collect();
         assert!(
             twice.is_empty(),
-            "{mode:?}: handled by more than one instance: {} ids, first {:?}",
+            "{mode:?} {pattern:?}: handled by more than one instance: {} ids, first {:?}",
             twice.len(),
             twice.first()
         );
