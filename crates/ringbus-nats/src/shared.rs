@@ -41,8 +41,9 @@ pub(crate) struct LinkShared {
 
 impl LinkShared {
     /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
-    /// linked in JetStream mode, or a pattern's subjects) and the dead letters. Only JetStream topics are stored:
-    /// core topics under the same prefix are not captured.
+    /// linked in JetStream mode, or a pattern's subjects) and the dead letters, unless another
+    /// stream holds them. Only JetStream topics are stored: core topics under the same prefix
+    /// are not captured.
     pub(crate) async fn stream(
         &self,
         subject: &str,
@@ -52,7 +53,7 @@ impl LinkShared {
         let dead = format!("{}.>", self.dead_letter_prefix);
         let config = jetstream::stream::Config {
             name: self.stream_name.clone(),
-            subjects: vec![subject.to_string(), dead],
+            subjects: vec![subject.to_string(), dead.clone()],
             duplicate_window: self.js.duplicate_window,
             num_replicas: self.js.replicas.max(1),
             storage: if self.js.memory_storage {
@@ -67,14 +68,27 @@ impl LinkShared {
             .get_or_create_stream(config)
             .await
             .map_err(|e| js_err(&e))?;
+        // Made by another link, for another topic or pattern, or by an operator: the subjects
+        // it does not cover yet are added, in place of those they cover. A stream with a
+        // wildcard that already covers one must be left alone: the server refuses overlapping
+        // subjects.
         let info = stream.cached_info();
-        if !info.config.subjects.iter().any(|s| covers(s, subject)) {
-            // Made by another link (or for another topic or pattern): add this subject, in
-            // place of those it covers. A stream with a wildcard that already covers it must be
-            // left alone: the server refuses overlapping subjects.
+        let held = |wanted: &str| info.config.subjects.iter().any(|s| covers(s, wanted));
+        let mut missing: Vec<&str> = [subject, &dead].into_iter().filter(|w| !held(w)).collect();
+        // Dead letters stored by a stream of their own (an operator's) stay there.
+        let dead_elsewhere = missing.contains(&dead.as_str())
+            && self.jetstream.stream_by_subject(&dead).await.is_ok();
+        if dead_elsewhere {
+            missing.retain(|w| *w != dead);
+        }
+        if !missing.is_empty() {
             let mut config = info.config.clone();
-            config.subjects.retain(|s| !covers(subject, s));
-            config.subjects.push(subject.to_string());
+            config
+                .subjects
+                .retain(|s| !missing.iter().any(|w| covers(w, s)));
+            config
+                .subjects
+                .extend(missing.iter().map(|w| w.to_string()));
             self.jetstream
                 .update_stream(config)
                 .await

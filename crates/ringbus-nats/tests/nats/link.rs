@@ -503,31 +503,43 @@ async fn an_existing_consumer_keeps_its_settings_and_the_link_follows_them() {
 
 /// A stream made beforehand (by an operator, or another tool) whose wildcard subject already
 /// covers the topic's is used as it is: adding the topic's own subject would overlap, which
-/// the server refuses.
+/// the server refuses. It is given only the dead letters' subject, unless another stream
+/// already holds the dead letters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_wildcard_covers_the_topic_is_used_as_it_is() {
     let Some(server) = NatsServer::start() else {
         return;
     };
-    let bus = Bus::new();
-    let link = js_link(&server, "wild", JetStreamOptions::default(), &bus).await;
     let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    raw.create_stream(async_nats::jetstream::stream::Config {
-        name: link.stream_name().to_string(),
-        subjects: vec!["wild.>".to_string()],
+    let make = |name: &str, subject: &str| async_nats::jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![subject.to_string()],
         storage: async_nats::jetstream::stream::StorageType::Memory,
         ..Default::default()
-    })
-    .await
-    .unwrap();
-    link.export::<u64>("t", Mode::JetStream).await.unwrap();
-    bus.publish("t", 7u64).await.unwrap();
-    eventually("the export acked", || link.stats().export_acked == 1).await;
-    let mut stream = raw.get_stream(link.stream_name()).await.unwrap();
-    let info = stream.info().await.unwrap();
-    assert_eq!(info.config.subjects, ["wild.>"], "the stream was changed");
-    assert_eq!(info.state.messages, 1);
-    assert!(link.close(WAIT).await.complete);
+    };
+    for (prefix, dead_stream) in [("wild", false), ("own", true)] {
+        let bus = Bus::new();
+        let link = js_link(&server, prefix, JetStreamOptions::default(), &bus).await;
+        raw.create_stream(make(link.stream_name(), &format!("{prefix}.>")))
+            .await
+            .unwrap();
+        if dead_stream {
+            let dead = make("DEAD", &format!("{prefix}-dead.>"));
+            raw.create_stream(dead).await.unwrap();
+        }
+        link.export::<u64>("t", Mode::JetStream).await.unwrap();
+        bus.publish("t", 7u64).await.unwrap();
+        eventually("the export acked", || link.stats().export_acked == 1).await;
+        let mut stream = raw.get_stream(link.stream_name()).await.unwrap();
+        let info = stream.info().await.unwrap();
+        let mut expected = vec![format!("{prefix}.>")];
+        if !dead_stream {
+            expected.push(format!("{prefix}-dead.>"));
+        }
+        assert_eq!(info.config.subjects, expected, "{prefix}");
+        assert_eq!(info.state.messages, 1);
+        assert!(link.close(WAIT).await.complete);
+    }
 }
 
 /// On a strict bus, a JetStream message that arrives while its topic has no local subscriber
@@ -669,7 +681,8 @@ async fn a_pattern_export_sends_every_matching_topic_out() {
 }
 
 /// Patterns over JetStream, at least once. The pattern export puts `<prefix>.orders.>` in the
-/// stream in place of the topic subject it covers, and stores every matching topic's
+/// stream (made beforehand, without the dead letters' subject) in place of the topic subject
+/// it covers, with the dead letters' subject, and stores every matching topic's
 /// messages, those of topics made after it included. A pattern import made later still gets
 /// them all (the stream kept them), each into the local topic its subject names, in order.
 /// Each is acked once handled. The one whose local topic has another type is dead-lettered
@@ -685,7 +698,7 @@ async fn patterns_travel_over_jetstream_at_least_once() {
     let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
     raw.create_stream(async_nats::jetstream::stream::Config {
         name: out.stream_name().to_string(),
-        subjects: vec!["jsp.orders.eu".to_string(), "jsp-dead.>".to_string()],
+        subjects: vec!["jsp.orders.eu".to_string()],
         storage: async_nats::jetstream::stream::StorageType::Memory,
         ..Default::default()
     })
