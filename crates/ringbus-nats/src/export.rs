@@ -1,11 +1,12 @@
-//! Exports: a batch subscriber per exported topic hands each local message to NATS, in the
-//! topic's order, a batch of what is queued at a time.
+//! Exports: a batch subscriber per exported topic (a pattern's: one per matching topic, all
+//! with one handler) hands each local message to NATS, in the topic's order, a batch of what
+//! is queued at a time.
 //!
 //! Core: `publish` into the client (bounded: it waits while the client's queue is full).
-//! JetStream: publish, then queue the ack future to this topic's acker task through a
-//! bounded channel (the ack window); the acker awaits the window's acks concurrently and
-//! re-sends (same message id, deduplicated by the server) what was not acked, until
-//! `publish_retry_for`.
+//! JetStream: publish, then queue the ack future, with its subject, to the export's acker
+//! task through a bounded channel (the ack window, one per topic or pattern); the acker
+//! awaits the window's acks concurrently and re-sends (same message id, deduplicated by the
+//! server) what was not acked, until `publish_retry_for`.
 
 use std::future::Future;
 use std::marker::PhantomData;

@@ -1,4 +1,5 @@
-//! Imports: a task per imported topic publishes what arrives from NATS into the local bus.
+//! Imports: a task per imported topic or pattern publishes what arrives from NATS into the
+//! local bus.
 //!
 //! Core: a subscription (no echo on the connection), or with [`Sharing::Shared`] a queue
 //! subscription in the group (the server hands each message to one member); each message is
@@ -7,8 +8,8 @@
 //! JetStream: a durable pull consumer with explicit acks (`<durable>_<topic>`, or
 //! `<group>_<topic>` when shared: instances pulling from one consumer compete for its
 //! messages; `<durable>_pattern_<pattern>` for a pattern, its wildcards spelled `any` and
-//! `rest`, each message going to the local topic its subject names); each message is published with a delivery receipt and settled once every local
-//! subscriber has handled it (`ringbus_link::engine::Settlement`): acked; dead-lettered and
+//! `rest`, each message going to the local topic its subject names); each message is
+//! published with a delivery receipt and settled once every local subscriber has handled it (`ringbus_link::engine::Settlement`): acked; dead-lettered and
 //! terminated when a handler gave up on it (after its own retries), so the handlers that
 //! succeeded never see it again; nacked with a delay when a subscriber ended before handling
 //! it, or the bus refused it (dead-lettered at the last delivery the consumer allows).

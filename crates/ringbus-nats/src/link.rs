@@ -412,7 +412,12 @@ impl Link {
     /// [`Mode::JetStream`] the link's stream takes the subjects `<prefix>.<pattern>` (in
     /// place of the single topics' subjects it covers), and each message is confirmed by the
     /// server as [`export`](Self::export) confirms one, through one ack window for the
-    /// pattern.
+    /// pattern. The stream then stores whatever is published on those subjects, by anyone:
+    /// keep core topics and request topics out of a JetStream pattern (see
+    /// [`import_pattern_as`](Self::import_pattern_as)). Patterns that overlap without one
+    /// covering the other (`*.eu` and `orders.*`), linked over one stream by two links or
+    /// processes with the same prefix, cannot both be its subjects: the second is a
+    /// [`LinkError::Setup`] naming the stream's subjects.
     ///
     /// # Cancel safety
     ///
@@ -558,8 +563,9 @@ impl Link {
     ///
     /// The pattern is NATS's: `*` one token, `>` (last) the rest; a malformed one is
     /// [`LinkError::BadName`] here. A message whose topic carries another type locally is
-    /// logged, counted in `bad_input` and dropped; the import goes on. A topic imported by
-    /// name as well as by a matching pattern gets each message twice: import one way.
+    /// logged, counted in `bad_input` and dropped; the import goes on. A name or pattern this
+    /// link imports already that shares a topic with this one is [`LinkError::AlreadyLinked`];
+    /// two links importing overlapping subjects each get every message.
     ///
     /// # Cancel safety
     ///
@@ -577,17 +583,23 @@ impl Link {
     /// As [`import_pattern`](Self::import_pattern), in `mode`, fan-out or shared (as
     /// [`import_as`](Self::import_as)), with `codec`.
     ///
-    /// In [`Mode::JetStream`] one durable consumer, `<durable>_pattern_<pattern>` (or
-    /// `<group>_pattern_<pattern>` when shared), reads the pattern's subjects of the link's
-    /// stream, and each message is settled as [`import`](Self::import) settles one: acked
-    /// once every local subscriber of its topic handled it. A message whose topic carries
-    /// another type locally, or that does not decode, is dead-lettered to
-    /// `<dead_letter_prefix>.<topic>`; the import goes on.
+    /// In [`Mode::JetStream`] the link's stream takes the subjects `<prefix>.<pattern>`, and
+    /// one durable consumer reads them: `<durable>_pattern_<pattern>`, or
+    /// `<group>_pattern_<pattern>` when shared, with `.` spelled `_`, `*` `any` and `>` `rest`
+    /// (`ringbus_pattern_orders_rest` for `orders.>`). Each message is settled as
+    /// [`import`](Self::import) settles one: acked once every local subscriber of its topic
+    /// handled it. A message whose topic carries another type locally, or that does not
+    /// decode, is dead-lettered to `<dead_letter_prefix>.<topic>`; the import goes on.
+    ///
+    /// The stream stores whatever is published on those subjects, by anyone: keep core topics
+    /// and request topics out of a JetStream pattern. A request to a subject the stream holds
+    /// is answered by JetStream's own acknowledgement, which the requester takes for the
+    /// reply; a core export it holds comes back through this import.
     ///
     /// # Cancel safety
     ///
-    /// As [`import_pattern`](Self::import_pattern) (JetStream keeps the messages for a later
-    /// import).
+    /// As [`import_pattern`](Self::import_pattern). In [`Mode::JetStream`] the stream may
+    /// already hold the pattern's subjects, and keeps their messages for a later import.
     ///
     /// ```no_run
     /// # async fn demo(link: ringbus_nats::Link) -> Result<(), ringbus_nats::LinkError> {

@@ -42,8 +42,8 @@ pub(crate) struct LinkShared {
 impl LinkShared {
     /// The link's stream, created if missing, made to hold `subject` (the subject of a topic
     /// linked in JetStream mode, or a pattern's subjects) and the dead letters, unless another
-    /// stream holds them. Only JetStream topics are stored: core topics under the same prefix
-    /// are not captured.
+    /// stream holds all of those. Every message published on the stream's subjects is stored,
+    /// whoever publishes it.
     pub(crate) async fn stream(
         &self,
         subject: &str,
@@ -51,9 +51,15 @@ impl LinkShared {
         let _one_at_a_time = self.stream_setup.lock().await;
         let js_err = |e: &dyn fmt::Display| LinkError::setup(e.to_string());
         let dead = format!("{}.>", self.dead_letter_prefix);
+        // Dead letters stored by another stream (an operator's) stay there.
+        let dead_elsewhere = self.held_elsewhere(&dead).await;
+        let wanted: Vec<&str> = [Some(subject), (!dead_elsewhere).then_some(dead.as_str())]
+            .into_iter()
+            .flatten()
+            .collect();
         let config = jetstream::stream::Config {
             name: self.stream_name.clone(),
-            subjects: vec![subject.to_string(), dead.clone()],
+            subjects: wanted.iter().map(|w| w.to_string()).collect(),
             duplicate_window: self.js.duplicate_window,
             num_replicas: self.js.replicas.max(1),
             storage: if self.js.memory_storage {
@@ -74,13 +80,7 @@ impl LinkShared {
         // subjects.
         let info = stream.cached_info();
         let held = |wanted: &str| info.config.subjects.iter().any(|s| covers(s, wanted));
-        let mut missing: Vec<&str> = [subject, &dead].into_iter().filter(|w| !held(w)).collect();
-        // Dead letters stored by a stream of their own (an operator's) stay there.
-        let dead_elsewhere = missing.contains(&dead.as_str())
-            && self.jetstream.stream_by_subject(&dead).await.is_ok();
-        if dead_elsewhere {
-            missing.retain(|w| *w != dead);
-        }
+        let missing: Vec<&str> = wanted.into_iter().filter(|w| !held(w)).collect();
         if !missing.is_empty() {
             let mut config = info.config.clone();
             config
@@ -89,12 +89,33 @@ impl LinkShared {
             config
                 .subjects
                 .extend(missing.iter().map(|w| w.to_string()));
-            self.jetstream
-                .update_stream(config)
-                .await
-                .map_err(|e| js_err(&e))?;
+            self.jetstream.update_stream(config).await.map_err(|e| {
+                LinkError::setup(format!(
+                    "the stream \"{}\" (subjects {:?}) cannot take {missing:?}: {e}",
+                    self.stream_name, info.config.subjects
+                ))
+            })?;
         }
         Ok(stream)
+    }
+
+    /// Whether a stream other than the link's holds every subject `subject` matches.
+    async fn held_elsewhere(&self, subject: &str) -> bool {
+        let Ok(name) = self.jetstream.stream_by_subject(subject).await else {
+            return false;
+        };
+        if name == self.stream_name {
+            return false;
+        }
+        match self.jetstream.get_stream(&name).await {
+            Ok(stream) => stream
+                .cached_info()
+                .config
+                .subjects
+                .iter()
+                .any(|s| covers(s, subject)),
+            Err(_) => false,
+        }
     }
 
     /// One request round trip to the server: once it returns, the server has processed
