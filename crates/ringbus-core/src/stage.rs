@@ -73,6 +73,42 @@ impl<T> Stage<T> {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// Wakes the writer if it is parked waiting for room, so that its task polls again.
+    ///
+    /// For a writer that waits on something else as well (a shutdown flag, say): set the
+    /// flag, then call this; the writer checks the flag after each poll of
+    /// [`Writer::ready`](crate::Writer::ready) that found no room, and so either sees it
+    /// there or is woken here. The wait itself goes on if it still has no room.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::task::Poll;
+    /// # ringbus_core::block_on(async {
+    /// let (mut writer, stage) = ringbus_core::Builder::new(1).build::<u64>();
+    /// let _reader = stage.reader().unwrap(); // never releases: the ring stays full
+    /// writer.try_publish(1).unwrap();
+    /// let stop = Arc::new(AtomicBool::new(false));
+    /// let (flag, waker) = (stop.clone(), stage.clone());
+    /// std::thread::spawn(move || {
+    ///     flag.store(true, Ordering::Release);
+    ///     waker.wake_writer();
+    /// });
+    /// let mut ready = std::pin::pin!(writer.ready(1));
+    /// let room = std::future::poll_fn(|cx| match ready.as_mut().poll(cx) {
+    ///     Poll::Ready(()) => Poll::Ready(true),
+    ///     Poll::Pending if stop.load(Ordering::Acquire) => Poll::Ready(false),
+    ///     Poll::Pending => Poll::Pending,
+    /// })
+    /// .await;
+    /// assert!(!room, "stopped, still full");
+    /// # });
+    /// ```
+    pub fn wake_writer(&self) {
+        self.shared.writer_waker.wake();
+    }
+
     /// The number of readers in this stage now.
     pub fn readers(&self) -> usize {
         self.group().members.load(Ordering::Relaxed)
