@@ -759,6 +759,16 @@ BUGS = [
      "                .any(|s| covers(s, subject)),\n",
      "                .any(|_| false),\n",
      plain("nats", "link::a_stream_whose_wildcard_covers_the_topic_is_used_as_it_is")),
+    ("bus: a close does not wake a parked unbuffered publish",
+     BUS + "bus.rs",
+     "        for topic in self.topics() {\n            topic.wake_writer();\n        }\n",
+     "",
+     plain("suite", "subscribe::a_close_ends_an_unbuffered_publish_waiting_for_its_handling")),
+    ("ring: waking the writer through a stage wakes nobody",
+     CORE + "stage.rs",
+     "        self.shared.writer_waker.wake();\n",
+     "        let _ = &self.shared;\n",
+     loom("ringbus-core", "loom_tests::loom_a_woken_writer_sees_the_flag_set_before_the_wake")),
 ]
 
 

@@ -299,6 +299,26 @@ async fn unbuffered_publish_completes_once_every_subscriber_handled_it() {
     bus.close().await;
 }
 
+/// A close ends an unbuffered publish that waits for its message's handling (the drain
+/// handles the message): the publish, parked when the close begins, is woken by it.
+#[tokio::test]
+async fn a_close_ends_an_unbuffered_publish_waiting_for_its_handling() {
+    let bus = Bus::builder().capacity(0).build();
+    let gate = Gate::closed();
+    let (_a, mut a_in, mut a_done) = unbuffered_sub(&bus, "a", &gate);
+    let mut publish = task::spawn(bus.publish("u", 7u64));
+    assert_pending!(publish.poll());
+    assert_eq!(a_in.recv().await, Some(7));
+    assert_pending!(publish.poll()); // parked: its message is being handled
+    let mut close = task::spawn(bus.close());
+    assert_pending!(close.poll()); // the drain waits for the handler
+    assert!(publish.is_woken(), "the close did not wake the parked publish");
+    assert_ready_ok!(publish.poll());
+    gate.open();
+    assert_eq!(a_done.recv().await, Some(7));
+    close.await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_subscribers_get_everything_in_order() {
     const N: u64 = 20_000;

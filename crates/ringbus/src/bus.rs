@@ -1029,6 +1029,9 @@ impl Bus {
             tracing::debug!("ringbus closing");
         }
         state.closing.cancel();
+        for topic in self.topics() {
+            topic.wake_writer();
+        }
         if state.in_own_handler() {
             let bus = self.clone();
             tokio::spawn(async move { bus.drain().await });

@@ -111,6 +111,10 @@ pub(crate) trait AnyTopic: Send + Sync + 'static {
     /// still in a poll. What each left is counted by the caller once the topics are closed
     /// (`Bus::close_with`): a handler met in its call may yet finish it, and publish.
     fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)>;
+    /// Wakes the ring's writer, if a publish holding it is parked, so that it polls again:
+    /// called by `close` after it set `closed`, which an unbuffered publish waiting for its
+    /// message to be handled checks after each poll (see `wait_handled`).
+    fn wake_writer(&self);
 }
 
 impl<T: Send + Sync + 'static> TopicInner<T> {
@@ -353,6 +357,12 @@ impl<T: Send + Sync + 'static> AnyTopic for TopicInner<T> {
         Box::pin(async move {
             drop(self.writer.lock().await);
         })
+    }
+
+    fn wake_writer(&self) {
+        if let Some(ring) = self.ring.get() {
+            ring.stage.wake_writer();
+        }
     }
 
     fn stop_subscribers(&self) -> Vec<(Arc<SubShared>, Unhandled)> {

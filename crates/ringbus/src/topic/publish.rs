@@ -629,10 +629,19 @@ impl<T: Send + Sync + 'static> TopicInner<T> {
         let Some(writer) = parked.open() else {
             return;
         };
+        // `close` sets `closed`, then wakes the ring's writer: checked after each poll of
+        // `ready` that parked, the close is seen or its wake-up comes.
+        let closed = poll_fn(|_| {
+            if self.state.closed.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
         tokio::select! {
             biased;
-            _ = self.state.closing.cancelled() => {}
             _ = writer.ready(1) => {}
+            _ = closed => {}
         }
     }
 }
