@@ -312,7 +312,10 @@ async fn a_close_ends_an_unbuffered_publish_waiting_for_its_handling() {
     assert_pending!(publish.poll()); // parked: its message is being handled
     let mut close = task::spawn(bus.close());
     assert_pending!(close.poll()); // the drain waits for the handler
-    assert!(publish.is_woken(), "the close did not wake the parked publish");
+    assert!(
+        publish.is_woken(),
+        "the close did not wake the parked publish"
+    );
     assert_ready_ok!(publish.poll());
     gate.open();
     assert_eq!(a_done.recv().await, Some(7));
