@@ -139,15 +139,14 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
                 reader.abort();
                 Vec::new()
             };
-            // A publish counts itself unrouted before it writes, so a subscriber joining
-            // meanwhile may see a message counted unrouted, never miss one not counted.
+            // From where it joined, the subscriber sees every message. Where that is, against
+            // the unrouted count, is not fixed: the first join makes the ring, then joins it
+            // as any join does, and a publish running meanwhile may count the joiner (and so
+            // not count itself unrouted) while the joiner starts after it: guarantee 8 covers
+            // the messages published after `subscribe` returned, not those racing it.
             let contiguous = positions.windows(2).all(|w| w[1] == w[0] + 1);
             assert!(contiguous, "round {round}: a position skipped or repeated");
-            if let (Some(&first), Some(&last)) = (positions.first(), positions.last()) {
-                assert!(
-                    first <= unrouted,
-                    "round {round}: {first} missed, {unrouted} unrouted"
-                );
+            if let Some(&last) = positions.last() {
                 assert_eq!(last + 1, published, "round {round}");
             }
         }
