@@ -23,7 +23,6 @@ mod no_loss;
 mod no_runtime;
 mod order;
 mod patterns;
-mod reentrant;
 mod stress;
 mod subscribe;
 mod types;

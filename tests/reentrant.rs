@@ -1,6 +1,10 @@
 //! Code the bus runs while it makes a topic or a pattern follows topics, and which publishes
 //! to the bus: a `tracing` layer forwarding events, a pattern handler's `Drop`. Each may make
 //! a topic of its own, and must not wait for the locks the bus holds meanwhile.
+//!
+//! A test binary of its own: its test installs a tracing subscriber as its thread's default,
+//! and tracing's callsite interest cache is process-wide, so a test beside it could keep the
+//! bus's events from it (a CI run once saw only 2 of them forwarded).
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
