@@ -132,6 +132,32 @@ impl Pattern {
         }
     }
 
+    /// Whether every topic name `other` matches, this one matches too (a plain name is a
+    /// pattern that matches itself alone): `orders.>` covers `orders.*` and `orders.eu.paid`,
+    /// `orders.*` covers `orders.eu` but not `orders.>`.
+    ///
+    /// ```
+    /// use ringbus::Pattern;
+    ///
+    /// let p = |s| Pattern::parse(s).unwrap();
+    /// assert!(p("orders.>").covers(&p("orders.*")));
+    /// assert!(p("orders.*").covers(&p("orders.eu")));
+    /// assert!(!p("orders.*").covers(&p("orders.>")));
+    /// assert!(!p("orders.eu").covers(&p("orders.*")));
+    /// ```
+    pub fn covers(&self, other: &Pattern) -> bool {
+        let (mut a, mut b) = (self.text.split('.'), other.text.split('.'));
+        loop {
+            match (a.next(), b.next()) {
+                (Some(">"), Some(_)) | (None, None) => return true,
+                // `*` takes any one token; the other's `>` takes one or more.
+                (Some("*"), Some(y)) if y != ">" => {}
+                (Some(x), Some(y)) if x == y => {}
+                _ => return false,
+            }
+        }
+    }
+
     /// The pattern as written, shared.
     pub(crate) fn text(&self) -> &Arc<str> {
         &self.text
@@ -598,6 +624,34 @@ impl fmt::Debug for PatternShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn covering_takes_every_name_the_other_matches() {
+        let cases = [
+            ("orders.eu", "orders.eu", true),
+            ("orders.*", "orders.eu", true),
+            (">", "orders.eu.paid", true),
+            ("orders.>", "orders.*", true),
+            ("orders.>", "orders.>", true),
+            ("*.eu", "*.eu", true),
+            ("orders.eu", "orders.e", false),
+            ("orders.eu", "orders.eu.paid", false),
+            ("orders.*", "orders.eu.paid", false),
+            ("orders.*", "orders.>", false),
+            ("orders.eu", "orders.*", false),
+            ("*.eu", "orders.*", false),
+            ("orders.>", "orders", false),
+        ];
+        for (a, b, covers) in cases {
+            let (a, b) = (Pattern::parse(a).unwrap(), Pattern::parse(b).unwrap());
+            assert_eq!(a.covers(&b), covers, "{a} covers {b}");
+            // What covers overlaps.
+            assert!(
+                !covers || a.overlaps(&b),
+                "{a} covers {b} without overlapping"
+            );
+        }
+    }
 
     #[test]
     fn overlapping_is_symmetric_and_follows_the_tokens() {
