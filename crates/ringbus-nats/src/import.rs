@@ -9,10 +9,11 @@
 //! `<group>_<topic>` when shared: instances pulling from one consumer compete for its
 //! messages; `<durable>_pattern_<pattern>` for a pattern, its wildcards spelled `any` and
 //! `rest`, each message going to the local topic its subject names); each message is
-//! published with a delivery receipt and settled once every local subscriber has handled it (`ringbus_link::engine::Settlement`): acked; dead-lettered and
-//! terminated when a handler gave up on it (after its own retries), so the handlers that
-//! succeeded never see it again; nacked with a delay when a subscriber ended before handling
-//! it, or the bus refused it (dead-lettered at the last delivery the consumer allows).
+//! published with a delivery receipt and settled once every local subscriber has handled it
+//! (`ringbus_link::engine::Settlement`): acked; dead-lettered and terminated when a handler
+//! gave up on it (after its own retries), so the handlers that succeeded never see it again;
+//! nacked with a delay when a subscriber ended before handling it, or the bus refused it
+//! (dead-lettered at the last delivery the consumer allows).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -318,12 +319,9 @@ struct JetStreamImport {
 }
 
 impl JetStreamImport {
-    /// The local topic of `message`: the import's own, or the one its subject names.
+    /// The local topic of `message`: the one its subject names, or the import's own.
     fn local_topic<'m>(&'m self, message: &'m jetstream::Message) -> &'m str {
-        match self.pattern_prefix {
-            None => &self.topic,
-            Some(n) => message.subject.get(n..).unwrap_or_default(),
-        }
+        self.topic_of(message).unwrap_or(&self.topic)
     }
 }
 
