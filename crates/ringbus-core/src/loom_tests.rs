@@ -600,25 +600,26 @@ impl<T> crate::Writer<T> {
 
 /// A full writer that also waits for a flag (the bus's close) learns of it: the other side
 /// sets the flag, then wakes the writer through the stage; the writer checks the flag after
-/// each poll that found no room. The flag is a mutex-guarded bool, as the bus's is.
+/// each poll that found no room. The flag's orderings are the bus's: `close` swaps `closed`
+/// in with AcqRel, an unbuffered publish loads it with Acquire.
 #[test]
 fn loom_a_woken_writer_sees_the_flag_set_before_the_wake() {
     loom::model(|| {
         let (mut writer, stage) = ring(1);
         let _reader = stage.reader().unwrap(); // never releases
         writer.try_publish(0).unwrap();
-        let flag = loom::sync::Arc::new(loom::sync::Mutex::new(false));
+        let flag = loom::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let t = {
             let (flag, stage) = (flag.clone(), stage.clone());
             thread::spawn(move || {
-                *flag.lock().unwrap() = true;
+                flag.swap(true, Ordering::AcqRel);
                 stage.wake_writer();
             })
         };
         let mut ready = pin!(writer.ready(1));
         let room = block_on(poll_fn(|cx| match ready.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(true),
-            Poll::Pending if *flag.lock().unwrap() => Poll::Ready(false),
+            Poll::Pending if flag.load(Ordering::Acquire) => Poll::Ready(false),
             Poll::Pending => Poll::Pending,
         }));
         assert!(!room);
