@@ -42,6 +42,22 @@ pub(crate) fn payload_text(size: usize) -> String {
         .collect()
 }
 
+/// What the `raw-json` client sends for one message: a `Payload` made from `text` and encoded
+/// as the link's `Json` codec encodes it (the link's publisher makes a `Payload` per message,
+/// and its export encodes each).
+pub(crate) fn encode_payload(text: &str) -> Vec<u8> {
+    let msg = Payload {
+        body: text.to_owned(),
+    };
+    serde_json::to_vec(&msg).expect("a string always encodes")
+}
+
+/// What the `raw-json` receiver does with one body, as the link's import does: decodes the
+/// `Payload`; its length, or `usize::MAX` (counted as a wrong body) if it does not decode.
+pub(crate) fn decoded_len(body: &[u8]) -> usize {
+    serde_json::from_slice::<Payload>(body).map_or(usize::MAX, |p| p.body.len())
+}
+
 /// Counts what a receiver got and notes when the last one arrived.
 #[derive(Clone)]
 pub(crate) struct Tally(Arc<TallyInner>);
@@ -195,13 +211,42 @@ impl Args {
 // Systems, samples, rounds
 // ---------------------------------------------------------------------------------------------
 
-/// One side of a round: the raw client, the link on a thin bus, or the link on a bus used as
-/// an application uses it.
+/// One side of a round: the raw client moving bytes, the raw client moving the typed message
+/// (encoding and decoding each as the link's codec does), the link on a thin bus, or the link
+/// on a bus used as an application uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
     Raw,
+    RawJson,
     Link,
     Bus,
+}
+
+impl Side {
+    /// Whether this raw side encodes and decodes each message (`raw-json`).
+    pub(crate) fn typed(self) -> bool {
+        self == Side::RawJson
+    }
+
+    /// The length a raw receiver records for `body`: the body's own, or (`raw-json`) the
+    /// decoded payload's.
+    pub(crate) fn received_len(self, body: &[u8]) -> usize {
+        if self.typed() {
+            decoded_len(body)
+        } else {
+            body.len()
+        }
+    }
+
+    /// The length every message a raw receiver records has, for a payload of `size` bytes:
+    /// the JSON body is two quotes longer than the decoded text.
+    pub(crate) fn expected_len(self, size: usize) -> usize {
+        if self.typed() {
+            size
+        } else {
+            size + 2
+        }
+    }
 }
 
 /// A system: who sends and who receives.
@@ -216,6 +261,13 @@ pub(crate) const RAW: System = System {
     name: "raw",
     send: Side::Raw,
     recv: Side::Raw,
+};
+/// The raw client doing the link's codec work: each message encoded on send and decoded on
+/// receipt (JSON, as the link's default codec), the rest wired as `raw`.
+pub(crate) const RAW_JSON: System = System {
+    name: "raw-json",
+    send: Side::RawJson,
+    recv: Side::RawJson,
 };
 pub(crate) const LINK: System = System {
     name: "link",
@@ -239,17 +291,17 @@ pub(crate) const IMPORT_ONLY: System = System {
     recv: Side::Link,
 };
 
-/// The systems of a run: the three, with `diag` also the half links, or those named in
+/// The systems of a run: the four, with `diag` also the half links, or those named in
 /// `only` (profiling one of them).
 pub(crate) fn systems(diag: bool, only: Option<&[String]>) -> Vec<System> {
-    let all = [RAW, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY];
+    let all = [RAW, RAW_JSON, LINK, BUS, EXPORT_ONLY, IMPORT_ONLY];
     match only {
         Some(only) => all
             .into_iter()
             .filter(|s| only.iter().any(|n| n == s.name))
             .collect(),
         None if diag => all.to_vec(),
-        None => vec![RAW, LINK, BUS],
+        None => vec![RAW, RAW_JSON, LINK, BUS],
     }
 }
 
@@ -644,8 +696,13 @@ impl<C: Cell> CellResult<C> {
 
     /// Per round: `name`'s rate over raw's rate in the same round.
     pub(crate) fn ratios(&self, name: &str) -> Vec<f64> {
-        let (a, raw) = (self.rates(name), self.rates("raw"));
-        a.iter().zip(&raw).map(|(a, r)| a / r).collect()
+        self.ratios_to(name, "raw")
+    }
+
+    /// Per round: `name`'s rate over `base`'s rate in the same round.
+    pub(crate) fn ratios_to(&self, name: &str, base: &str) -> Vec<f64> {
+        let (a, b) = (self.rates(name), self.rates(base));
+        a.iter().zip(&b).map(|(a, b)| a / b).collect()
     }
 
     pub(crate) fn cpu_us_per_msg(&self, name: &str, server: bool) -> Vec<f64> {
@@ -764,28 +821,29 @@ impl<C: Cell> Run<C> {
     }
 }
 
-/// A goal verdict on the per-round ratios link/raw: whether every cell of `results` met
-/// `criterion` (given their median, min and max; `null` when no cell measured the link), and
-/// a line per cell.
+/// A goal verdict on the per-round ratios link/`base` (`raw`, or `raw-json`: the raw client
+/// doing the same codec work): whether every cell of `results` met `criterion` (given their
+/// median, min and max; `null` when no cell measured both), and a line per cell.
 pub(crate) fn ratio_goal<'a, C: Cell + 'a>(
     results: impl IntoIterator<Item = &'a CellResult<C>>,
+    base: &str,
     criterion: impl Fn((f64, f64, f64)) -> bool,
 ) -> (Value, String) {
     let (mut met, mut measured) = (true, false);
     let mut lines = String::new();
     for r in results.into_iter().filter(|r| r.failed.is_none()) {
-        let (raw, link) = (r.rates("raw"), r.rates("link"));
+        let (raw, link) = (r.rates(base), r.rates("link"));
         if raw.is_empty() || link.is_empty() {
             continue;
         }
         measured = true;
-        let ratio = spread(&r.ratios("link"));
+        let ratio = spread(&r.ratios_to("link", base));
         let ok = criterion(ratio);
         met &= ok;
         let (raw_m, raw_lo, raw_hi) = spread(&raw);
         let _ = writeln!(
             lines,
-            "- {} {} B: link/raw {:.2} [{:.2}–{:.2}]; link median {} vs raw {} [{}–{}]: {}",
+            "- {} {} B: link/{base} {:.2} [{:.2}–{:.2}]; link median {} vs {base} {} [{}–{}]: {}",
             r.cell.mode(),
             r.cell.size(),
             ratio.0,
@@ -824,8 +882,12 @@ pub(crate) fn table<C: Cell>(results: &[CellResult<C>], names: &[&str], server: 
     for n in names.iter().filter(|n| **n != "raw") {
         let _ = write!(t, " {n}/raw |");
     }
+    let same_work = names.contains(&"raw-json") && names.contains(&"link");
+    if same_work {
+        let _ = write!(t, " link/raw-json |");
+    }
     let _ = writeln!(t);
-    let cols = 3 + names.len() * 2 - 1;
+    let cols = 3 + names.len() * 2 - 1 + usize::from(same_work);
     let _ = writeln!(t, "|{}", "---|".repeat(cols));
     for r in results {
         let _ = write!(
@@ -848,6 +910,15 @@ pub(crate) fn table<C: Cell>(results: &[CellResult<C>], names: &[&str], server: 
                 t,
                 " {} |",
                 fmt_spread(spread(&r.ratios(n)), |x| format!("{x:.2}"))
+            );
+        }
+        if same_work {
+            let _ = write!(
+                t,
+                " {} |",
+                fmt_spread(spread(&r.ratios_to("link", "raw-json")), |x| format!(
+                    "{x:.2}"
+                ))
             );
         }
         let _ = writeln!(t);
@@ -903,6 +974,9 @@ pub(crate) fn figures_json<C: Cell>(results: &[CellResult<C>]) -> Vec<Value> {
             });
             if system.name != "raw" {
                 f["ratio_to_raw"] = triple_json(spread(&r.ratios(system.name)), r3);
+            }
+            if system.name == "link" && !r.rates("raw-json").is_empty() {
+                f["ratio_to_raw_json"] = triple_json(spread(&r.ratios_to("link", "raw-json")), r3);
             }
             out.push(f);
         }
