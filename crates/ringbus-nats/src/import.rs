@@ -30,7 +30,7 @@ use crate::error::LinkError;
 use crate::options::{Mode, Sharing};
 use crate::shared::LinkShared;
 use crate::stats::add;
-use crate::wire::{decode, origin, BadInput};
+use crate::wire::{decode, known, origin, BadInput};
 
 /// Decodes a message from NATS for local topic `topic`; a refused one is logged (never with
 /// its body) and counted.
@@ -431,7 +431,7 @@ impl Inbound for JetStreamImport {
         message
             .headers
             .as_ref()
-            .and_then(|h| h.get(ID_HEADER))
+            .and_then(|h| known(h, ID_HEADER))
             .map(|v| v.as_str())
     }
 
@@ -525,7 +525,7 @@ async fn dead_letter(
     };
     let mut headers = message.headers.clone().unwrap_or_default();
     // The copy is a message of its own: the original's dedup id would make the stream drop it.
-    if let Some(id) = headers.get(NATS_MSG_ID).map(|v| v.to_string()) {
+    if let Some(id) = known(&headers, NATS_MSG_ID).map(|v| v.to_string()) {
         if let Ok(v) = format!("{id}.dead").parse::<async_nats::HeaderValue>() {
             headers.insert(NATS_MSG_ID, v);
         }

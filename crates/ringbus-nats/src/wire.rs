@@ -67,9 +67,15 @@ pub(crate) fn encode<T, C: Codec<T>>(
     })
 }
 
+/// One of the link's own headers of a received message, if it has it. Looked up by
+/// `HeaderName`: a `&str` key is validated and copied into a new name on every lookup.
+pub(crate) fn known<'h>(headers: &'h HeaderMap, name: &'static str) -> Option<&'h HeaderValue> {
+    headers.get(HeaderName::from_static(name))
+}
+
 /// The origin header of a message, if any.
 pub(crate) fn origin(headers: Option<&HeaderMap>) -> Option<&str> {
-    headers?.get(ORIGIN_HEADER).map(|v| v.as_str())
+    known(headers?, ORIGIN_HEADER).map(|v| v.as_str())
 }
 
 /// Decodes a message from NATS for `topic`.
@@ -82,14 +88,11 @@ pub(crate) fn decode<T, C: Codec<T>>(
 ) -> Result<T, BadInput> {
     check_size(body, max)?;
     let headers = headers.ok_or(BadInput::Missing(TOPIC_HEADER))?;
-    let named = headers
-        .get(TOPIC_HEADER)
-        .ok_or(BadInput::Missing(TOPIC_HEADER))?;
+    let named = known(headers, TOPIC_HEADER).ok_or(BadInput::Missing(TOPIC_HEADER))?;
     if named.as_str() != topic {
         return Err(BadInput::WrongTopic);
     }
-    let id = headers
-        .get(ID_HEADER)
+    let id = known(headers, ID_HEADER)
         .ok_or(BadInput::Missing(ID_HEADER))?
         .to_string();
     let mut user = Headers::new();
