@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::codec::Codec;
 use crate::error::LinkError;
 use crate::options::Mode;
-use crate::shared::LinkShared;
+use crate::shared::{LinkShared, StreamChange};
 use crate::stats::add;
 use crate::task::ExportTask;
 use crate::wire::{encode, ExportError, Outgoing};
@@ -282,21 +282,26 @@ type Window = (mpsc::Sender<Pending>, Arc<AtomicU64>);
 /// The acker of a JetStream export, which `close` waits for, and the same count.
 type Acker = (JoinHandle<()>, Arc<AtomicU64>);
 
+/// What a JetStream export sets up before it subscribes: its ack window, its acker, and the
+/// change to the stream that made it hold the export's subject (undone if the subscribe is
+/// refused).
+type JetStreamSetup<'a> = (Window, Acker, StreamChange<'a>);
+
 /// A JetStream export's ack window and its acker, after the stream is made (or given
-/// `subject`); neither for core NATS.
-async fn ack_window(
-    link: &Arc<LinkShared>,
+/// `subject`); none for core NATS.
+async fn ack_window<'a>(
+    link: &'a Arc<LinkShared>,
     subject: &str,
     mode: Mode,
-) -> Result<(Option<Window>, Option<Acker>), LinkError> {
+) -> Result<Option<JetStreamSetup<'a>>, LinkError> {
     if mode == Mode::Core {
-        return Ok((None, None));
+        return Ok(None);
     }
-    link.stream(subject).await?;
+    let change = link.stream(subject).await?;
     let (tx, rx) = mpsc::channel(link.js.ack_window.clamp(1, Semaphore::MAX_PERMITS));
     let pending = Arc::new(AtomicU64::new(0));
     let acker = tokio::spawn(ack_loop(link.clone(), rx, pending.clone()));
-    Ok((Some((tx, pending.clone())), Some((acker, pending))))
+    Ok(Some(((tx, pending.clone()), (acker, pending), change)))
 }
 
 /// Starts exporting `topic`.
@@ -311,7 +316,8 @@ where
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let (acks, acker) = ack_window(link, &subject, mode).await?;
+    let setup = ack_window(link, &subject, mode).await?;
+    let acks = setup.as_ref().map(|(window, ..)| window.clone());
     let topic: Arc<str> = Arc::from(topic);
     let exporter = TopicExport {
         topic: topic.clone(),
@@ -320,7 +326,7 @@ where
     };
     let options = SubscribeOptions::new().name(format!("nats-export:{topic}"));
     let subscribed = link.bus.subscribe_batch(&topic, options, exporter);
-    started(&topic, mode, subscribed, acker)
+    started(&topic, mode, subscribed, setup).await
 }
 
 /// Starts exporting every topic `pattern` matches, present and future: each to the subject
@@ -336,29 +342,39 @@ where
     C: Codec<T>,
 {
     let subjects = format!("{}.{pattern}", link.prefix);
-    let (acks, acker) = ack_window(link, &subjects, mode).await?;
+    let setup = ack_window(link, &subjects, mode).await?;
+    let acks = setup.as_ref().map(|(window, ..)| window.clone());
     let exporter = Exporter::<T, C>::new(link, codec, acks);
     let options = SubscribeOptions::new().name(format!("nats-export:{pattern}"));
     let subscribed = link.bus.subscribe_pattern_batch(pattern, options, exporter);
-    started(pattern, mode, subscribed, acker)
+    started(pattern, mode, subscribed, setup).await
 }
 
 /// The export of `name` (a topic or a pattern) once its subscribe returned: on a refusal the
-/// acker, which would wait for nothing, is stopped.
-fn started(
+/// acker, which would wait for nothing, is stopped, and the stream no longer holds the
+/// export's subject (a refused export leaves the stream storing what it stored before).
+async fn started(
     name: &str,
     mode: Mode,
     subscribed: Result<ringbus::Subscription, ringbus::Error>,
-    acker: Option<Acker>,
+    setup: Option<JetStreamSetup<'_>>,
 ) -> Result<ExportTask, LinkError> {
+    let (acker, change) = match setup {
+        Some((_, acker, change)) => (Some(acker), Some(change)),
+        None => (None, None),
+    };
     match subscribed {
         Ok(subscription) => {
+            drop(change);
             tracing::info!(name, ?mode, "ringbus-nats: exporting");
             Ok(ExportTask::new(name.to_string(), subscription, acker))
         }
         Err(e) => {
             if let Some((acker, _)) = acker {
                 acker.abort();
+            }
+            if let Some(change) = change {
+                change.undo().await;
             }
             Err(e.into())
         }

@@ -104,7 +104,6 @@ async fn jetstream_import(
     durable: String,
     pattern_prefix: Option<usize>,
 ) -> Result<(JetStreamImport, Pulls), LinkError> {
-    let stream = link.stream(&subject).await?;
     let config = pull::Config {
         durable_name: Some(durable.clone()),
         filter_subject: subject.clone(),
@@ -114,22 +113,16 @@ async fn jetstream_import(
         max_ack_pending: link.js.max_in_flight.max(1) as i64,
         ..Default::default()
     };
-    let consumer: jetstream::consumer::Consumer<pull::Config> = stream
-        .get_or_create_consumer(&durable, config.clone())
-        .await
-        .map_err(|e| LinkError::setup(e.to_string()))?;
-    // The name keeps only letters, digits and '-' of the topic or pattern, so two can map to
-    // one consumer ("orders.eu" and "orders_eu"): one that already reads another subject is
-    // not ours, and reading it would take the other's messages (and leave ours unread).
-    let reads = &consumer.cached_info().config.filter_subject;
-    if *reads != subject {
-        return Err(LinkError::setup(format!(
-            "the durable consumer \"{durable}\" for \"{name}\" already reads \"{reads}\", \
-             not \"{subject}\": two topics or patterns map to that name (it keeps only \
-             letters, digits and '-'); rename one, or import it with another durable name \
-             or group"
-        )));
-    }
+    let change = link.stream(&subject).await?;
+    let consumer = match durable_consumer(&change.stream, name, &config).await {
+        Ok(consumer) => consumer,
+        Err(e) => {
+            // A refused import leaves the stream storing what it stored before.
+            change.undo().await;
+            return Err(e);
+        }
+    };
+    drop(change);
     let allowed = deliveries_allowed(&consumer, &config);
     let inbound = JetStreamImport {
         link: link.clone(),
@@ -143,6 +136,36 @@ async fn jetstream_import(
         retry: Duration::from_millis(100),
     };
     Ok((inbound, reader))
+}
+
+/// The durable consumer `config` names, made if missing; a setup error if one of that name
+/// reads another subject.
+async fn durable_consumer(
+    stream: &jetstream::stream::Stream,
+    name: &str,
+    config: &pull::Config,
+) -> Result<jetstream::consumer::Consumer<pull::Config>, LinkError> {
+    let (durable, subject) = (
+        config.durable_name.as_deref().unwrap_or_default(),
+        &config.filter_subject,
+    );
+    let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .get_or_create_consumer(durable, config.clone())
+        .await
+        .map_err(|e| LinkError::setup(e.to_string()))?;
+    // The name keeps only letters, digits and '-' of the topic or pattern, so two can map to
+    // one consumer ("orders.eu" and "orders_eu"): one that already reads another subject is
+    // not ours, and reading it would take the other's messages (and leave ours unread).
+    let reads = &consumer.cached_info().config.filter_subject;
+    if reads != subject {
+        return Err(LinkError::setup(format!(
+            "the durable consumer \"{durable}\" for \"{name}\" already reads \"{reads}\", \
+             not \"{subject}\": two topics or patterns map to that name (it keeps only \
+             letters, digits and '-'); rename one, or import it with another durable name \
+             or group"
+        )));
+    }
+    Ok(consumer)
 }
 
 /// The deliveries `consumer` allows a message, which the import dead-letters on the last

@@ -417,7 +417,9 @@ impl Link {
     /// [`import_pattern_as`](Self::import_pattern_as)). Patterns that overlap without one
     /// covering the other (`*.eu` and `orders.*`), linked over one stream by two links or
     /// processes with the same prefix, cannot both be its subjects: the second is a
-    /// [`LinkError::Setup`] naming the stream's subjects.
+    /// [`LinkError::Setup`] naming the stream's subjects. An export the bus refuses (a
+    /// matching topic carries another type: [`LinkError::Bus`]) gives the stream's subjects
+    /// back as they were, the dead letters' subject excepted.
     ///
     /// # Cancel safety
     ///

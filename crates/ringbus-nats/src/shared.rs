@@ -44,11 +44,11 @@ impl LinkShared {
     /// linked in JetStream mode, or a pattern's subjects) and the dead letters, unless another
     /// stream holds all of those. Every message published on the stream's subjects is stored,
     /// whoever publishes it.
-    pub(crate) async fn stream(
-        &self,
-        subject: &str,
-    ) -> Result<jetstream::stream::Stream, LinkError> {
-        let _one_at_a_time = self.stream_setup.lock().await;
+    ///
+    /// The returned change holds the link's stream setup until it is dropped (the change is
+    /// kept) or [undone](StreamChange::undo) (the export or import it was for was refused).
+    pub(crate) async fn stream(&self, subject: &str) -> Result<StreamChange<'_>, LinkError> {
+        let setup = self.stream_setup.lock().await;
         let js_err = |e: &dyn fmt::Display| LinkError::setup(e.to_string());
         let dead = format!("{}.>", self.dead_letter_prefix);
         // Dead letters stored by another stream (an operator's) stay there.
@@ -69,34 +69,60 @@ impl LinkShared {
             },
             ..Default::default()
         };
-        let stream = self
-            .jetstream
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| js_err(&e))?;
+        // Made here, the stream holds `subject` because of this call: an undo takes it out.
+        let (stream, created) = match self.jetstream.get_stream(&self.stream_name).await {
+            Ok(stream) => (stream, false),
+            Err(_) => match self.jetstream.create_stream(config).await {
+                Ok(stream) => (stream, true),
+                // Made meanwhile by another link sharing the name.
+                Err(e) => match self.jetstream.get_stream(&self.stream_name).await {
+                    Ok(stream) => (stream, false),
+                    Err(_) => return Err(js_err(&e)),
+                },
+            },
+        };
+        let mut change = StreamChange {
+            link: self,
+            stream,
+            subject: subject.to_string(),
+            replaced: created.then(Vec::new),
+            _setup: setup,
+        };
         // Made by another link, for another topic or pattern, or by an operator: the subjects
         // it does not cover yet are added, in place of those they cover. A stream with a
         // wildcard that already covers one must be left alone: the server refuses overlapping
         // subjects.
-        let info = stream.cached_info();
+        let info = change.stream.cached_info();
         let held = |wanted: &str| info.config.subjects.iter().any(|s| covers(s, wanted));
         let missing: Vec<&str> = wanted.into_iter().filter(|w| !held(w)).collect();
-        if !missing.is_empty() {
-            let mut config = info.config.clone();
-            config
-                .subjects
-                .retain(|s| !missing.iter().any(|w| covers(w, s)));
-            config
-                .subjects
-                .extend(missing.iter().map(|w| w.to_string()));
-            self.jetstream.update_stream(config).await.map_err(|e| {
-                LinkError::setup(format!(
-                    "the stream \"{}\" (subjects {:?}) cannot take {missing:?}: {e}",
-                    self.stream_name, info.config.subjects
-                ))
-            })?;
+        if missing.is_empty() {
+            return Ok(change);
         }
-        Ok(stream)
+        let mut config = info.config.clone();
+        let (replaced, kept) = config
+            .subjects
+            .into_iter()
+            .partition(|s| missing.iter().any(|w| covers(w, s)));
+        config.subjects = kept;
+        config
+            .subjects
+            .extend(missing.iter().map(|w| w.to_string()));
+        self.jetstream.update_stream(config).await.map_err(|e| {
+            LinkError::setup(format!(
+                "the stream \"{}\" (subjects {:?}) cannot take {missing:?}: {e}",
+                self.stream_name, info.config.subjects
+            ))
+        })?;
+        if missing.contains(&subject) {
+            let replaced: Vec<String> = replaced;
+            change.replaced = Some(
+                replaced
+                    .into_iter()
+                    .filter(|s| covers(subject, s))
+                    .collect(),
+            );
+        }
+        Ok(change)
     }
 
     /// Whether a stream other than the link's holds every subject `subject` matches.
@@ -128,5 +154,60 @@ impl LinkShared {
             Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// What [`LinkShared::stream`] did for one subject, holding the link's stream setup: kept when
+/// dropped, taken back by [`undo`](Self::undo).
+pub(crate) struct StreamChange<'a> {
+    link: &'a LinkShared,
+    pub(crate) stream: jetstream::stream::Stream,
+    subject: String,
+    /// The subjects the stream held that `subject` replaced (it covers them), if the stream
+    /// was given `subject`; `None` if it held it already.
+    replaced: Option<Vec<String>>,
+    _setup: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl StreamChange<'_> {
+    /// Takes the subject back out of the stream, putting back the subjects it replaced, so a
+    /// refused export or import leaves the stream storing what it stored before. The
+    /// dead-letter subject stays. A stream left with no subject stays as it is. Logged, not
+    /// returned, if the server refuses: the caller is reporting a refusal already.
+    pub(crate) async fn undo(self) {
+        let Some(replaced) = self.replaced else {
+            return;
+        };
+        let mut stream = self.stream;
+        let mut config = match stream.info().await {
+            Ok(info) => info.config.clone(),
+            Err(e) => {
+                tracing::warn!(stream = %self.link.stream_name, error = %e, "ringbus-nats: could not read the stream to take a refused link's subject back out");
+                return;
+            }
+        };
+        config.subjects.retain(|s| *s != self.subject);
+        config.subjects.extend(replaced);
+        if config.subjects.is_empty() {
+            return;
+        }
+        if let Err(e) = self.link.jetstream.update_stream(config).await {
+            tracing::warn!(
+                stream = %self.link.stream_name,
+                subject = %self.subject,
+                error = %e,
+                "ringbus-nats: could not take a refused link's subject back out of the stream"
+            );
+        }
+    }
+}
+
+impl fmt::Debug for StreamChange<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamChange")
+            .field("stream", &self.link.stream_name)
+            .field("subject", &self.subject)
+            .field("replaced", &self.replaced)
+            .finish_non_exhaustive()
     }
 }

@@ -452,6 +452,11 @@ async fn two_topics_with_one_consumer_name_are_an_error_not_a_shared_consumer() 
         Err(LinkError::Setup(why)) => assert!(why.to_string().contains("already reads"), "{why}"),
         other => panic!("expected a clash error, got {other:?}"),
     }
+    // The refused import took its subject back out of the stream.
+    assert_eq!(
+        stream_subjects(&server, &inn).await,
+        ["clash-dead.>", "clash.orders.eu"]
+    );
     for n in 0..20u64 {
         out_bus.publish("orders.eu", n).await.unwrap();
     }
@@ -701,15 +706,7 @@ async fn patterns_travel_over_jetstream_at_least_once() {
     let (remote, local) = (Bus::new(), Bus::new());
     let out = js_link(&server, "jsp", JetStreamOptions::default(), &remote).await;
     // The stream exists already, holding one topic the pattern covers.
-    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    raw.create_stream(async_nats::jetstream::stream::Config {
-        name: out.stream_name().to_string(),
-        subjects: vec!["jsp.orders.eu".to_string()],
-        storage: async_nats::jetstream::stream::StorageType::Memory,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let raw = premade_stream(&server, &out, "jsp.orders.eu").await;
     remote.topic::<u64>("orders.eu").unwrap();
     out.export_pattern_with::<u64, _>("orders.>", Mode::JetStream, Json)
         .await
@@ -756,4 +753,133 @@ async fn patterns_travel_over_jetstream_at_least_once() {
     assert!(out.close(WAIT).await.complete);
     local.close().await;
     assert!(rx.try_recv().is_err(), "{:?}", rx.try_recv());
+}
+
+/// `link`'s stream, made beforehand (in memory) holding only `subject`, as an operator or
+/// an older link would have left it; and a raw JetStream context.
+async fn premade_stream(
+    server: &NatsServer,
+    link: &Link,
+    subject: &str,
+) -> async_nats::jetstream::Context {
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    raw.create_stream(async_nats::jetstream::stream::Config {
+        name: link.stream_name().to_string(),
+        subjects: vec![subject.to_string()],
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    raw
+}
+
+/// The subjects of `link`'s stream, sorted.
+async fn stream_subjects(server: &NatsServer, link: &Link) -> Vec<String> {
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let mut stream = raw.get_stream(link.stream_name()).await.unwrap();
+    let mut subjects = stream.info().await.unwrap().config.subjects.clone();
+    subjects.sort();
+    subjects
+}
+
+/// A JetStream export refused by the bus (a topic, or a topic the pattern matches, carries
+/// another type) leaves the link's stream holding what it held: without the take-back it kept
+/// storing every message under the refused subjects, in place of the ones they replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_export_leaves_the_stream_as_it_was() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    bus.topic::<String>("orders.eu").unwrap();
+    bus.topic::<String>("billing").unwrap();
+    let out = js_link(&server, "jsr", JetStreamOptions::default(), &bus).await;
+    premade_stream(&server, &out, "jsr.orders.eu").await;
+    let refused = out
+        .export_pattern_with::<u64, _>("orders.>", Mode::JetStream, Json)
+        .await;
+    assert!(matches!(refused, Err(LinkError::Bus(_))), "{refused:?}");
+    // The dead-letter subject the link added stays: the link's imports need it.
+    assert_eq!(
+        stream_subjects(&server, &out).await,
+        ["jsr-dead.>", "jsr.orders.eu"]
+    );
+    let refused = out.export::<u64>("billing", Mode::JetStream).await;
+    assert!(matches!(refused, Err(LinkError::Bus(_))), "{refused:?}");
+    assert_eq!(
+        stream_subjects(&server, &out).await,
+        ["jsr-dead.>", "jsr.orders.eu"]
+    );
+    // A stream the refused export made keeps only the dead letters' subject.
+    let fresh = js_link(&server, "jsf", JetStreamOptions::default(), &bus).await;
+    let refused = fresh.export::<u64>("billing", Mode::JetStream).await;
+    assert!(matches!(refused, Err(LinkError::Bus(_))), "{refused:?}");
+    assert_eq!(stream_subjects(&server, &fresh).await, ["jsf-dead.>"]);
+    assert!(fresh.close(WAIT).await.complete);
+    // The same calls with the right type take the subjects.
+    out.export_pattern_with::<String, _>("orders.>", Mode::JetStream, Json)
+        .await
+        .unwrap();
+    assert_eq!(
+        stream_subjects(&server, &out).await,
+        ["jsr-dead.>", "jsr.orders.>"]
+    );
+    assert!(out.close(WAIT).await.complete);
+}
+
+/// A pattern export's messages whose ack fails are sent again each to its own topic's subject.
+/// The stream is made to drop the pattern's subjects after the export started, so every
+/// publish finds no stream; once the export has re-sent, the subjects are given back and each
+/// message is stored, once, under the subject of its topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_exports_resends_go_to_each_messages_own_subject() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let js = JetStreamOptions {
+        publish_retry_for: Duration::from_secs(60),
+        ..JetStreamOptions::default()
+    };
+    let out = js_link(&server, "jsre", js, &bus).await;
+    out.export_pattern_with::<u64, _>("orders.*", Mode::JetStream, Json)
+        .await
+        .unwrap();
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let mut stream = raw.get_stream(out.stream_name()).await.unwrap();
+    let held = stream.info().await.unwrap().config.clone();
+    let without = async_nats::jetstream::stream::Config {
+        subjects: vec!["jsre-dead.>".to_string()],
+        ..held.clone()
+    };
+    raw.update_stream(without).await.unwrap();
+    for i in 0..3u64 {
+        bus.publish("orders.eu", 100 + i).await.unwrap();
+        bus.publish("orders.us", 200 + i).await.unwrap();
+    }
+    eventually("every export re-sent", || out.stats().export_retries >= 6).await;
+    assert_eq!(out.stats().export_acked, 0);
+    raw.update_stream(held).await.unwrap();
+    eventually("every export acked", || out.stats().export_acked == 6).await;
+    let stats = out.stats();
+    assert_eq!((stats.exported, stats.export_errors), (6, 0), "{stats:?}");
+    let stored = stream.info().await.unwrap().state.messages;
+    assert_eq!(stored, 6);
+    // The re-sends may land in any order: each message under its own topic's subject.
+    let mut bodies = Vec::new();
+    for sequence in 1..=6 {
+        let message = stream.get_raw_message(sequence).await.unwrap();
+        let body: u64 = serde_json::from_slice(&message.payload).unwrap();
+        let topic = if body >= 200 {
+            "orders.us"
+        } else {
+            "orders.eu"
+        };
+        assert_eq!(message.subject.as_str(), format!("jsre.{topic}"), "{body}");
+        bodies.push(body);
+    }
+    bodies.sort();
+    assert_eq!(bodies, [100, 101, 102, 200, 201, 202]);
+    assert!(out.close(WAIT).await.complete);
 }
