@@ -790,6 +790,16 @@ BUGS = [
      "                let subject = Subject::from(format!(\"{subject}.again\"));\n"
      "                ack = publish_js(link, &subject, &message, sent).await.ok();\n",
      plain("nats", "link::a_pattern_exports_resends_go_to_each_messages_own_subject")),
+    ("nats import: a message found ready after the first is dropped",
+     NATS + "import.rs",
+     "                Some(ready) => next = ready,\n",
+     "                Some(_) => return taken,\n",
+     plain("nats", "link::patterns_travel_over_jetstream_at_least_once")),
+    ("rabbitmq import: a delivery found ready after the first is dropped",
+     RABBIT + "import.rs",
+     "                Some(ready) => next = ready,\n",
+     "                Some(_) => return taken,\n",
+     plain("links", "cases::order_with_one_subscriber_and_no_loss_right_after_linking")),
 ]
 
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use ringbus::{Context, Topic};
 use ringbus_link::engine::ImportTask;
 use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
@@ -398,8 +398,9 @@ impl Inbound for JetStreamImport {
         0
     }
 
-    /// The next message of the stream of pulls (one: room for it is taken before each).
-    async fn take(&self, pulls: &mut Pulls, _room: usize) -> Vec<jetstream::Message> {
+    /// The next message of the stream of pulls, and those the client has ready after it, up
+    /// to `room`.
+    async fn take(&self, pulls: &mut Pulls, room: usize) -> Vec<jetstream::Message> {
         let messages = match &mut pulls.messages {
             Some(messages) => messages,
             None => {
@@ -423,25 +424,37 @@ impl Inbound for JetStreamImport {
                 }
             }
         };
-        match messages.next().await {
-            Some(Ok(message)) => {
-                pulls.retry = Duration::from_millis(100);
-                vec![message]
+        let mut taken = Vec::new();
+        let mut next = messages.next().await;
+        loop {
+            match next {
+                Some(Ok(message)) => {
+                    pulls.retry = Duration::from_millis(100);
+                    taken.push(message);
+                }
+                Some(Err(e)) => {
+                    // A missed heartbeat or a broken pull: start a new stream of pulls (the
+                    // durable consumer keeps the place; anything the old stream had buffered
+                    // is delivered again after the ack wait).
+                    add(&self.link.counters.import_errors);
+                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull error; pulling anew");
+                    pulls.messages = None;
+                    return taken;
+                }
+                // The stream of pulls ended (for instance the consumer was recreated): start
+                // a new one.
+                None => {
+                    pulls.messages = None;
+                    return taken;
+                }
             }
-            Some(Err(e)) => {
-                // A missed heartbeat or a broken pull: start a new stream of pulls (the
-                // durable consumer keeps the place; anything the old stream had buffered is
-                // delivered again after the ack wait).
-                add(&self.link.counters.import_errors);
-                tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull error; pulling anew");
-                pulls.messages = None;
-                Vec::new()
+            if taken.len() >= room {
+                return taken;
             }
-            // The stream of pulls ended (for instance the consumer was recreated): start a
-            // new one.
-            None => {
-                pulls.messages = None;
-                Vec::new()
+            // What the client holds already comes along; the import waits for no more.
+            match messages.next().now_or_never() {
+                Some(ready) => next = ready,
+                None => return taken,
             }
         }
     }

@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
@@ -374,7 +374,8 @@ impl Inbound for Import {
         self.link.queues.dedup_window
     }
 
-    async fn take(&self, reader: &mut Reader, _room: usize) -> Vec<Taken> {
+    /// The next delivery, and those the consumer has ready after it, up to `room`.
+    async fn take(&self, reader: &mut Reader, room: usize) -> Vec<Taken> {
         let consumer = match &mut reader.consumer {
             Some(consumer) => consumer,
             None => match self.consume_again().await {
@@ -390,22 +391,34 @@ impl Inbound for Import {
                 }
             },
         };
-        match consumer.next().await {
-            Some(Ok(delivery)) => vec![Taken {
-                deliveries: reader.counts.count(&delivery),
-                delivery,
-                generation: reader.generation,
-            }],
-            ended => {
-                // The channel or the connection is gone: RabbitMQ delivers again what this
-                // consumer held; a new one is made at the next take.
-                if let Some(Err(e)) = ended {
-                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: the consumer failed; consuming again");
+        let mut taken = Vec::new();
+        let mut next = consumer.next().await;
+        loop {
+            match next {
+                Some(Ok(delivery)) => taken.push(Taken {
+                    deliveries: reader.counts.count(&delivery),
+                    delivery,
+                    generation: reader.generation,
+                }),
+                ended => {
+                    // The channel or the connection is gone: RabbitMQ delivers again what
+                    // this consumer held; a new one is made at the next take.
+                    if let Some(Err(e)) = ended {
+                        tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: the consumer failed; consuming again");
+                    }
+                    add(&self.link.counters.import_errors);
+                    reader.consumer = None;
+                    self.link.conn.check().await;
+                    return taken;
                 }
-                add(&self.link.counters.import_errors);
-                reader.consumer = None;
-                self.link.conn.check().await;
-                Vec::new()
+            }
+            if taken.len() >= room {
+                return taken;
+            }
+            // What the consumer holds already comes along; the import waits for no more.
+            match consumer.next().now_or_never() {
+                Some(ready) => next = ready,
+                None => return taken,
             }
         }
     }
