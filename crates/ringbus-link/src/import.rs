@@ -249,6 +249,43 @@ impl<T: Send + Sync + 'static> Local<T> {
     }
 }
 
+/// How the stream of a [`take_ready`] stands after it.
+#[derive(Debug)]
+pub enum Stands<E> {
+    /// Open: it had nothing more ready, or the room was filled.
+    Open,
+    /// It ended.
+    Ended,
+    /// It failed with this error.
+    Failed(E),
+}
+
+/// For an engine's [`Inbound::take`]: the next message of `messages`, and those it has ready
+/// after it (polled once each, never waited for), up to `room`; and how the stream stands.
+/// The messages come before an end or an error met after them.
+pub async fn take_ready<S, M, E>(messages: &mut S, room: usize) -> (Vec<M>, Stands<E>)
+where
+    S: futures_util::Stream<Item = Result<M, E>> + Unpin,
+{
+    use futures_util::{FutureExt, StreamExt};
+    let mut taken = Vec::new();
+    let mut next = messages.next().await;
+    loop {
+        match next {
+            Some(Ok(message)) => taken.push(message),
+            Some(Err(e)) => return (taken, Stands::Failed(e)),
+            None => return (taken, Stands::Ended),
+        }
+        if taken.len() >= room {
+            return (taken, Stands::Open);
+        }
+        match messages.next().now_or_never() {
+            Some(ready) => next = ready,
+            None => return (taken, Stands::Open),
+        }
+    }
+}
+
 /// Spawns the import of `inbound` into `into`: it takes, hands over and settles until the
 /// link stops its imports, then settles what it holds.
 pub fn spawn<I, T, C>(

@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use ringbus::{Context, Topic};
 use ringbus_link::engine::ImportTask;
-use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared};
+use ringbus_link::import::{self, Count, Inbound, Redeliver, Shared, Stands};
 
 use crate::codec::{Codec, ERROR_HEADER, ID_HEADER, NATS_MSG_ID};
 use crate::error::LinkError;
@@ -424,39 +424,25 @@ impl Inbound for JetStreamImport {
                 }
             }
         };
-        let mut taken = Vec::new();
-        let mut next = messages.next().await;
-        loop {
-            match next {
-                Some(Ok(message)) => {
-                    pulls.retry = Duration::from_millis(100);
-                    taken.push(message);
-                }
-                Some(Err(e)) => {
-                    // A missed heartbeat or a broken pull: start a new stream of pulls (the
-                    // durable consumer keeps the place; anything the old stream had buffered
-                    // is delivered again after the ack wait).
-                    add(&self.link.counters.import_errors);
-                    tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull error; pulling anew");
-                    pulls.messages = None;
-                    return taken;
-                }
-                // The stream of pulls ended (for instance the consumer was recreated): start
-                // a new one.
-                None => {
-                    pulls.messages = None;
-                    return taken;
-                }
-            }
-            if taken.len() >= room {
-                return taken;
-            }
-            // What the client holds already comes along; the import waits for no more.
-            match messages.next().now_or_never() {
-                Some(ready) => next = ready,
-                None => return taken,
-            }
+        let (taken, stands) = import::take_ready(messages, room).await;
+        if !taken.is_empty() {
+            pulls.retry = Duration::from_millis(100);
         }
+        match stands {
+            Stands::Open => {}
+            // A missed heartbeat or a broken pull: start a new stream of pulls (the durable
+            // consumer keeps the place; anything the old stream had buffered is delivered
+            // again after the ack wait).
+            Stands::Failed(e) => {
+                add(&self.link.counters.import_errors);
+                tracing::warn!(topic = %self.topic, error = %e, "ringbus-nats: JetStream pull error; pulling anew");
+                pulls.messages = None;
+            }
+            // The stream of pulls ended (for instance the consumer was recreated): start a
+            // new one.
+            Stands::Ended => pulls.messages = None,
+        }
+        taken
     }
 
     fn origin<'m>(&self, message: &'m jetstream::Message) -> Option<&'m str> {

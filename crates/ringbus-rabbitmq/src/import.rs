@@ -25,7 +25,6 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
@@ -34,7 +33,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Consumer};
 use ringbus_link::engine::ImportTask;
-use ringbus_link::import::{self, Count, Destination, Inbound, Redeliver, Shared};
+use ringbus_link::import::{self, Count, Destination, Inbound, Redeliver, Shared, Stands};
 use ringbus_link::names::DEAD_REASON;
 use ringbus_link::Codec;
 
@@ -391,36 +390,25 @@ impl Inbound for Import {
                 }
             },
         };
-        let mut taken = Vec::new();
-        let mut next = consumer.next().await;
-        loop {
-            match next {
-                Some(Ok(delivery)) => taken.push(Taken {
-                    deliveries: reader.counts.count(&delivery),
-                    delivery,
-                    generation: reader.generation,
-                }),
-                ended => {
-                    // The channel or the connection is gone: RabbitMQ delivers again what
-                    // this consumer held; a new one is made at the next take.
-                    if let Some(Err(e)) = ended {
-                        tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: the consumer failed; consuming again");
-                    }
-                    add(&self.link.counters.import_errors);
-                    reader.consumer = None;
-                    self.link.conn.check().await;
-                    return taken;
-                }
+        let (deliveries, stands) = import::take_ready(consumer, room).await;
+        if !matches!(stands, Stands::Open) {
+            // The channel or the connection is gone: RabbitMQ delivers again what this
+            // consumer held; a new one is made at the next take.
+            if let Stands::Failed(e) = &stands {
+                tracing::warn!(topic = %self.topic, error = %e, "ringbus-rabbitmq: the consumer failed; consuming again");
             }
-            if taken.len() >= room {
-                return taken;
-            }
-            // What the consumer holds already comes along; the import waits for no more.
-            match consumer.next().now_or_never() {
-                Some(ready) => next = ready,
-                None => return taken,
-            }
+            add(&self.link.counters.import_errors);
+            reader.consumer = None;
+            self.link.conn.check().await;
         }
+        deliveries
+            .into_iter()
+            .map(|delivery| Taken {
+                deliveries: reader.counts.count(&delivery),
+                delivery,
+                generation: reader.generation,
+            })
+            .collect()
     }
 
     fn origin<'m>(&self, taken: &'m Taken) -> Option<&'m str> {
