@@ -536,23 +536,21 @@ impl Sender {
                         // Every publish of the batch is started (and queued for the I/O
                         // thread) before any is awaited.
                         let ids: Vec<String> = (i..end).map(|i| format!("{tag}-{i}")).collect();
-                        // `raw-json`: each message encoded, as the link does.
-                        let bodies: Vec<std::borrow::Cow<[u8]>> = ids
-                            .iter()
-                            .map(|_| match typed {
-                                true => links::encode_payload(&text).into(),
-                                false => body.as_slice().into(),
-                            })
-                            .collect();
+                        // `raw-json`: each message encoded, as the link does; `raw` allocates
+                        // nothing here (an empty `Vec`) and sends the one body.
+                        let encoded: Vec<Vec<u8>> = match typed {
+                            true => ids.iter().map(|_| links::encode_payload(&text)).collect(),
+                            false => Vec::new(),
+                        };
                         let written: Vec<_> = ids
                             .iter()
-                            .zip(&bodies)
-                            .map(|(id, body)| {
+                            .enumerate()
+                            .map(|(k, id)| {
                                 channel.basic_publish(
                                     exchange.clone(),
                                     TOPIC.into(),
                                     BasicPublishOptions::default(),
-                                    body,
+                                    encoded.get(k).map_or(body.as_slice(), Vec::as_slice),
                                     raw_properties(id, &origin),
                                 )
                             })
