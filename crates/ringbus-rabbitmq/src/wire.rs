@@ -132,7 +132,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
             continue;
         }
         let value = header_text(fields, name)
-            .unwrap_or(Err(BadInput::NotText(name.escape_debug().to_string())))?;
+            .unwrap_or_else(|| Err(BadInput::NotText(name.escape_debug().to_string())))?;
         if check_header(name, value).is_err() {
             return Err(BadInput::NotText(name.escape_debug().to_string()));
         }

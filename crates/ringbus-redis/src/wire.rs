@@ -102,7 +102,7 @@ pub(crate) fn bytes(value: &Value) -> Option<&[u8]> {
 /// A field's value as text.
 pub(crate) fn text<'a>(fields: &'a Fields, name: &'static str) -> Result<&'a str, BadInput> {
     let value = fields.get(name).ok_or(BadInput::Missing(name))?;
-    let raw = bytes(value).ok_or(BadInput::NotText(name.to_string()))?;
+    let raw = bytes(value).ok_or_else(|| BadInput::NotText(name.to_string()))?;
     std::str::from_utf8(raw).map_err(|_| BadInput::NotText(name.to_string()))
 }
 
