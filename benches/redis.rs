@@ -741,7 +741,7 @@ fn bench() -> i32 {
         "raw_xadd_window": XADD_WINDOW,
         "raw_xadd_pipeline": XADD_PIPE,
         "raw_acks": "one XACK per batch read, sent without waiting; at most max_in_flight read and unacknowledged",
-        "link_acks": "one XACK of every handled message due, when the settler would wait (the link's settler)",
+        "link_acks": "one XACK of the handled messages due, once 64 (max_in_flight / 4) are due or 1 ms after the first (the link's settler)",
         "link_exports": "what is queued for the export as one pipeline of XADDs, awaited (the link's batch export handler)",
         "read_batch": streams.read_batch,
         "max_in_flight": streams.max_in_flight,

@@ -13,7 +13,7 @@
 //!   into the local topic with a delivery receipt, through the bus's backpressure.
 //! - **Settle**, in the order handed over, once every local subscriber has handled the
 //!   message, as [`Settlement`] says: acknowledged (the acks of consecutive handled messages
-//!   go together), dead-lettered at once when a handler gave up on it, given back for a later
+//!   go together, sent within [`ACK_DELAY`]), dead-lettered at once when a handler gave up on it, given back for a later
 //!   delivery when a subscriber ended before handling it (dead-lettered at the last delivery
 //!   the broker allows).
 //! - **Stop** when the link stops its imports: what was taken and not handed over is given
@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -454,61 +455,136 @@ where
 }
 
 /// Settles held imports in the order they were handed to the bus. The messages handled
-/// without a failure are acknowledged together whenever the settler would otherwise wait
-/// (the channel is empty, or the next receipt is not done yet), before any other settling,
-/// and every [`ACK_BATCH`] messages: never before every local subscriber handled them.
+/// without a failure are acknowledged together ([`Acks`]): once a batch of them is due, once
+/// the first of them has waited [`ACK_DELAY`], before any other settling, and when the import
+/// stops; never before every local subscriber handled them.
 async fn settle_in_order<I: Inbound>(
     inbound: Arc<I>,
     mut held: mpsc::Receiver<(Delivery, I::Message)>,
 ) {
     let inbound = &*inbound;
-    let mut handled = Vec::new();
-    while let Some(first) = held.recv().await {
-        let mut next = Some(first);
-        while let Some((delivery, message)) = next.take() {
-            let outcome = match delivery.try_outcome() {
-                Some(outcome) => outcome,
-                None => {
-                    ack_all(inbound, &mut handled).await;
-                    delivery.wait().await
-                }
-            };
-            match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
-                Settlement::Ack => {
-                    handled.push(message);
-                    if handled.len() >= ACK_BATCH {
-                        ack_all(inbound, &mut handled).await;
+    let mut acks = Acks::new(inbound.max_in_flight());
+    loop {
+        let next = match held.try_recv() {
+            Ok(next) => next,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let next = tokio::select! {
+                    biased;
+                    next = held.recv() => next,
+                    () = acks.due() => {
+                        acks.send(inbound).await;
+                        continue;
                     }
-                }
-                Settlement::DeadLetter(why) => {
-                    ack_all(inbound, &mut handled).await;
-                    let reason = format!("{why} on delivery {}", inbound.deliveries(&message));
-                    dead_letter(inbound, &message, &reason).await;
-                    inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
-                }
-                Settlement::Redeliver(why) => {
-                    ack_all(inbound, &mut handled).await;
-                    redeliver(inbound, &message, &why).await;
-                    inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+                };
+                match next {
+                    Some(next) => next,
+                    None => break,
                 }
             }
-            next = held.try_recv().ok();
+        };
+        let (delivery, message) = next;
+        let outcome = match delivery.try_outcome() {
+            Some(outcome) => outcome,
+            None => {
+                let mut handled = std::pin::pin!(delivery.wait());
+                loop {
+                    tokio::select! {
+                        biased;
+                        outcome = &mut handled => break outcome,
+                        () = acks.due() => acks.send(inbound).await,
+                    }
+                }
+            }
+        };
+        match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
+            Settlement::Ack => acks.push(inbound, message).await,
+            Settlement::DeadLetter(why) => {
+                acks.send(inbound).await;
+                let reason = format!("{why} on delivery {}", inbound.deliveries(&message));
+                dead_letter(inbound, &message, &reason).await;
+                inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+            }
+            Settlement::Redeliver(why) => {
+                acks.send(inbound).await;
+                redeliver(inbound, &message, &why).await;
+                inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+            }
         }
-        ack_all(inbound, &mut handled).await;
+    }
+    acks.send(inbound).await;
+}
+
+/// How long a handled message's acknowledgement may wait for others to go with it.
+///
+/// Acknowledging whenever the settler would wait sent one acknowledgement a few messages
+/// (every 16 on average, against a read batch of 64) while messages kept coming, and each is
+/// a command the broker runs. A millisecond holds no message back (it is handled), and it is
+/// far below every broker's redelivery timeout.
+pub const ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The handled messages not yet acknowledged, sent together once a quarter of the import's
+/// `max_in_flight` (at most [`ACK_BATCH`]) is due, or [`ACK_DELAY`] after the first became
+/// due. A quarter, so that brokers that stop delivering at `max_in_flight` unacknowledged
+/// messages (prefetch, max ack pending) never wait for an acknowledgement held back here.
+struct Acks<M> {
+    handled: Vec<M>,
+    batch: usize,
+    /// Armed for [`ACK_DELAY`] after the first of `handled`.
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<M> Acks<M> {
+    fn new(max_in_flight: usize) -> Self {
+        Self {
+            handled: Vec::new(),
+            batch: (max_in_flight / 4).clamp(1, ACK_BATCH),
+            deadline: Box::pin(tokio::time::sleep(ACK_DELAY)),
+        }
+    }
+
+    /// Adds a handled message, sending the batch if it is full.
+    async fn push<I: Inbound<Message = M>>(&mut self, inbound: &I, message: M) {
+        if self.handled.is_empty() {
+            self.deadline
+                .as_mut()
+                .reset(tokio::time::Instant::now() + ACK_DELAY);
+        }
+        self.handled.push(message);
+        if self.handled.len() >= self.batch {
+            self.send(inbound).await;
+        }
+    }
+
+    /// Ready once acknowledgements are due by time; never while none are held.
+    async fn due(&mut self) {
+        if self.handled.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        self.deadline.as_mut().await;
+    }
+
+    /// Acknowledges every handled message held (each handled by every local subscriber).
+    async fn send<I: Inbound<Message = M>>(&mut self, inbound: &I) {
+        if self.handled.is_empty() {
+            return;
+        }
+        let n = self.handled.len() as u64;
+        if inbound.ack(&self.handled).await {
+            inbound.count(Count::Acked, n);
+        }
+        inbound.shared().held.fetch_sub(n, Ordering::Relaxed);
+        self.handled.clear();
     }
 }
 
-/// Acknowledges `handled` (each handled by every local subscriber) and empties it.
-async fn ack_all<I: Inbound>(inbound: &I, handled: &mut Vec<I::Message>) {
-    if handled.is_empty() {
-        return;
+impl<M> fmt::Debug for Acks<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acks")
+            .field("held", &self.handled.len())
+            .field("batch", &self.batch)
+            .finish()
     }
-    let n = handled.len() as u64;
-    if inbound.ack(handled).await {
-        inbound.count(Count::Acked, n);
-    }
-    inbound.shared().held.fetch_sub(n, Ordering::Relaxed);
-    handled.clear();
 }
 
 /// A message some subscriber did not handle (`why`): given back for a later delivery, or
