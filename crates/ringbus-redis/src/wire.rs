@@ -6,6 +6,8 @@
 //! `Headers` refuse it). Stream fields are binary safe; ids and headers are still held to the
 //! rules every link shares, so a message type sends the same headers over NATS and Redis.
 
+use std::borrow::Cow;
+
 use redis::Value;
 use ringbus_link::codec::{check_header, is_reserved};
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
@@ -34,50 +36,53 @@ pub(crate) fn fields<'a>(
     .chain(std::iter::once((BODY, body)))
 }
 
-/// A stream entry's fields, in the order Redis gave them. An entry has a handful: a list is
-/// quicker to search than a map is to build. A name given twice means its last value, as
-/// the `redis` crate's map replies would.
+/// A stream entry's fields, in the order Redis gave them: the reply's own flat list of
+/// names and values (`[name, value, name, value, ...]`), kept as it came, so reading an
+/// entry copies nothing and checks each name only when it is looked at. An entry has a
+/// handful: a list is quicker to search than a map is to build. A name given twice means its
+/// last value, as the `redis` crate's map replies would.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Fields(Vec<(String, Value)>);
+pub(crate) struct Fields(Vec<Value>);
 
 impl Fields {
     /// The value of the field `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&Value> {
-        self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.pairs()
+            .rev()
+            .find(|(n, _)| *n == name.as_bytes())
+            .map(|(_, v)| v)
     }
 
-    /// Every field, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v))
+    /// Every field, in order: its name (lossily as text: a name that is not UTF-8 can never
+    /// be a field the link reads, and `decode` refuses it as a header) and its value.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, &Value)> {
+        // `from_utf8` first: `from_utf8_lossy` takes twice as long on the names that are
+        // text, which are all the link writes.
+        self.pairs().map(|(n, v)| {
+            let name =
+                std::str::from_utf8(n).map_or_else(|_| String::from_utf8_lossy(n), Cow::Borrowed);
+            (name, v)
+        })
+    }
+
+    /// Every field's name as bytes, and its value.
+    fn pairs(&self) -> impl DoubleEndedIterator<Item = (&[u8], &Value)> {
+        self.0
+            .chunks_exact(2)
+            .filter_map(|pair| Some((bytes(&pair[0])?, &pair[1])))
     }
 
     /// The fields of a reply's `[name, value, name, value, ...]` array (or RESP3 map),
-    /// taking its values without copying them. A name that is not UTF-8 is kept lossily (it
-    /// can never be a field the link reads, and `decode` refuses it as a header). `None`
-    /// for any other shape.
+    /// taking it as it is. `None` for any other shape, or a name that is not a string.
     pub(crate) fn from_reply(reply: Value) -> Option<Self> {
-        let name = |v: Value| match v {
-            Value::BulkString(b) => Some(
-                String::from_utf8(b)
-                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-            ),
-            Value::SimpleString(s) => Some(s),
-            _ => None,
-        };
+        let is_name = |v: &Value| matches!(v, Value::BulkString(_) | Value::SimpleString(_));
         match reply {
-            Value::Array(flat) if flat.len() % 2 == 0 => {
-                let mut fields = Vec::with_capacity(flat.len() / 2);
-                let mut flat = flat.into_iter();
-                while let (Some(n), Some(v)) = (flat.next(), flat.next()) {
-                    fields.push((name(n)?, v));
-                }
-                Some(Self(fields))
+            Value::Array(flat) if flat.len() % 2 == 0 && flat.iter().step_by(2).all(is_name) => {
+                Some(Self(flat))
             }
-            Value::Map(pairs) => pairs
-                .into_iter()
-                .map(|(n, v)| Some((name(n)?, v)))
-                .collect::<Option<Vec<_>>>()
-                .map(Self),
+            Value::Map(pairs) if pairs.iter().all(|(n, _)| is_name(n)) => {
+                Some(Self(pairs.into_iter().flat_map(|(n, v)| [n, v]).collect()))
+            }
             _ => None,
         }
     }
@@ -85,7 +90,11 @@ impl Fields {
 
 impl FromIterator<(String, Value)> for Fields {
     fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
+        Self(
+            iter.into_iter()
+                .flat_map(|(n, v)| [Value::BulkString(n.into_bytes()), v])
+                .collect(),
+        )
     }
 }
 
@@ -134,6 +143,7 @@ pub(crate) fn decode<T, C: Codec<T>>(
     let id = text(fields, ID)?.to_string();
     let mut headers = Headers::new();
     for (name, value) in fields.iter() {
+        let name = &*name;
         if is_reserved(name) {
             continue;
         }
@@ -193,7 +203,7 @@ mod tests {
             Some(&b(b"3")),
             "the last value of a name given twice"
         );
-        let names: Vec<&str> = fields.iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = fields.iter().map(|(n, _)| n.into_owned()).collect();
         assert_eq!(names, ["a", "\u{fffd}", "a"]);
         let map = Value::Map(vec![(b(b"x"), b(b"y"))]);
         assert_eq!(Fields::from_reply(map).unwrap().get("x"), Some(&b(b"y")));
@@ -215,24 +225,29 @@ mod tests {
             decode::<u32, _>(&Json, "other", &entry, 1024).unwrap_err(),
             BadInput::WrongTopic
         );
-        let mut broken = entry.clone();
-        broken
-            .0
-            .push((BODY.into(), Value::BulkString(b"{not json".to_vec())));
+        let with = |fields: &Fields, name: &str, value: &[u8]| -> Fields {
+            let mut all: Vec<(String, Value)> = fields
+                .iter()
+                .map(|(n, v)| (n.into_owned(), v.clone()))
+                .collect();
+            all.push((name.into(), Value::BulkString(value.to_vec())));
+            all.into_iter().collect()
+        };
+        let broken = with(&entry, BODY, b"{not json");
         assert_eq!(
             decode::<u32, _>(&Json, "n", &broken, 1024).unwrap_err(),
             BadInput::Decode
         );
-        let mut no_id = entry.clone();
-        no_id.0.retain(|(n, _)| n != ID);
+        let no_id: Fields = entry
+            .iter()
+            .filter(|(n, _)| n != ID)
+            .map(|(n, v)| (n.into_owned(), v.clone()))
+            .collect();
         assert_eq!(
             decode::<u32, _>(&Json, "n", &no_id, 1024).unwrap_err(),
             BadInput::Missing(ID)
         );
-        let mut bad_header = entry.clone();
-        bad_header
-            .0
-            .push(("Note".into(), Value::BulkString(b"a\r\nb".to_vec())));
+        let bad_header = with(&entry, "Note", b"a\r\nb");
         assert!(matches!(
             decode::<u32, _>(&Json, "n", &bad_header, 1024),
             Err(BadInput::NotText(_))
