@@ -29,8 +29,20 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// assert!(a.starts_with(ringbus_link::ids::process_tag()));
 /// ```
 pub fn next_id() -> String {
-    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{n}", process_tag())
+    tagged(NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `<process tag>-<n>`, made without `format!`: every export without an id of its own makes
+/// one, and the formatting machinery cost more than the rest of the id.
+fn tagged(n: u64) -> String {
+    let tag = process_tag();
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n);
+    let mut id = String::with_capacity(tag.len() + 1 + digits.len());
+    id.push_str(tag);
+    id.push('-');
+    id.push_str(digits);
+    id
 }
 
 /// Relaxed: as [`NEXT_ID`], a counter whose only promise is that no two calls get the same
@@ -47,6 +59,5 @@ static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 /// assert!(a.starts_with(ringbus_link::ids::process_tag()));
 /// ```
 pub fn next_link_id() -> String {
-    let n = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{n}", process_tag())
+    tagged(NEXT_LINK.fetch_add(1, Ordering::Relaxed))
 }

@@ -120,8 +120,14 @@ pub fn encode<T, C: Codec<T>>(
             max,
         });
     }
-    let id = meta.id.unwrap_or_else(next_id);
-    check_id(&id).map_err(ExportError::Header)?;
+    let id = match meta.id {
+        Some(id) => {
+            check_id(&id).map_err(ExportError::Header)?;
+            id
+        }
+        // Hex digits, a dash and decimal digits: nothing `check_id` refuses.
+        None => next_id(),
+    };
     for (name, value) in meta.headers.iter() {
         check_header(name, value).map_err(ExportError::Header)?;
     }
@@ -175,7 +181,12 @@ mod tests {
         let mut body = Vec::new();
         let out = encode(&Json, &Envelope::new(5u8).with_id("a"), 64, &mut body).unwrap();
         assert_eq!((out.id.as_str(), body.as_slice()), ("a", b"5".as_slice()));
-        assert!(!encode(&Json, &5u8, 64, &mut body).unwrap().id.is_empty());
+        let made = encode(&Json, &5u8, 64, &mut body).unwrap().id;
+        // A made id skips `check_id`: it must pass it, and look as `ids` says.
+        assert_eq!(check_id(&made), Ok(()));
+        let (tag, n) = made.split_once('-').unwrap();
+        assert_eq!(tag, crate::ids::process_tag());
+        assert!(n.parse::<u64>().is_ok(), "{made}");
         for bad in ["", " a", "a\r\nb"] {
             let refused = encode(&Json, &Envelope::new(5u8).with_id(bad), 64, &mut body);
             assert!(matches!(refused, Err(ExportError::Header(_))), "{bad:?}");
