@@ -517,10 +517,9 @@ async fn settle_in_order<I: Inbound>(
 
 /// How long a handled message's acknowledgement may wait for others to go with it.
 ///
-/// Acknowledging whenever the settler would wait sent one acknowledgement a few messages
-/// (every 16 on average, against a read batch of 64) while messages kept coming, and each is
-/// a command the broker runs. A millisecond holds no message back (it is handled), and it is
-/// far below every broker's redelivery timeout.
+/// While messages keep coming the settler would otherwise acknowledge every few messages,
+/// and each acknowledgement is a command the broker runs. A millisecond holds no message back
+/// (it is handled), and it is far below every broker's redelivery timeout.
 pub const ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The handled messages not yet acknowledged, sent together once a quarter of the import's
