@@ -32,8 +32,8 @@ pub fn next_id() -> String {
     tagged(NEXT_ID.fetch_add(1, Ordering::Relaxed))
 }
 
-/// `<process tag>-<n>`, made without `format!`: every export without an id of its own makes
-/// one, and the formatting machinery cost more than the rest of the id.
+/// `<process tag>-<n>`, written straight into a string of the right size rather than through
+/// `format!`: every export without an id of its own makes one.
 fn tagged(n: u64) -> String {
     let tag = process_tag();
     let mut digits = itoa::Buffer::new();

@@ -13,9 +13,9 @@
 //!   into the local topic with a delivery receipt, through the bus's backpressure.
 //! - **Settle**, in the order handed over, once every local subscriber has handled the
 //!   message, as [`Settlement`] says: acknowledged (the acks of consecutive handled messages
-//!   go together, sent within [`ACK_DELAY`]), dead-lettered at once when a handler gave up on it, given back for a later
-//!   delivery when a subscriber ended before handling it (dead-lettered at the last delivery
-//!   the broker allows).
+//!   go together, sent within [`ACK_DELAY`]), dead-lettered at once when a handler gave up on
+//!   it, given back for a later delivery when a subscriber ended before handling it
+//!   (dead-lettered at the last delivery the broker allows).
 //! - **Stop** when the link stops its imports: what was taken and not handed over is given
 //!   back at once; what is held is settled; then [`Inbound::finish`].
 //!
@@ -417,6 +417,8 @@ where
             return HandedOver::Settled;
         }
     };
+    // The id to remember once the bus takes the message: one the window does not hold yet.
+    let mut new_id = None;
     let tracked = window
         .tracks()
         .then(|| {
@@ -424,19 +426,23 @@ where
             Some((window.hash(id), id, inbound.key(&message)?))
         })
         .flatten();
-    if let Some((hash, id, key)) = &tracked {
-        if window.is_duplicate(*hash, id, key) {
-            inbound.count(Count::Duplicates, 1);
-            tracing::debug!(topic = %inbound.shared().topic, id = %id, "{}: dropped a duplicate", I::ENGINE);
-            inbound.ack(std::slice::from_ref(&message)).await;
-            return HandedOver::Settled;
+    if let Some((hash, id, key)) = tracked {
+        match window.seen(hash, id, &key) {
+            Seen::Duplicate => {
+                inbound.count(Count::Duplicates, 1);
+                tracing::debug!(topic = %inbound.shared().topic, id = %id, "{}: dropped a duplicate", I::ENGINE);
+                inbound.ack(std::slice::from_ref(&message)).await;
+                return HandedOver::Settled;
+            }
+            Seen::Again => {}
+            Seen::New => new_id = Some((hash, id, key)),
         }
     }
     // Not cancelled by the close: a message taken from the broker is handed over.
     match local.publish_tracked(&inbound.context(&message), msg).await {
         Ok(delivery) => {
             inbound.count(Count::Imported, 1);
-            if let Some((hash, id, key)) = tracked {
+            if let Some((hash, id, key)) = new_id {
                 window.remember(hash, id, key);
             }
             inbound.shared().held.fetch_add(1, Ordering::Relaxed);
@@ -468,34 +474,15 @@ async fn settle_in_order<I: Inbound>(
         let next = match held.try_recv() {
             Ok(next) => next,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
-            Err(mpsc::error::TryRecvError::Empty) => {
-                let next = tokio::select! {
-                    biased;
-                    next = held.recv() => next,
-                    () = acks.due() => {
-                        acks.send(inbound).await;
-                        continue;
-                    }
-                };
-                match next {
-                    Some(next) => next,
-                    None => break,
-                }
-            }
+            Err(mpsc::error::TryRecvError::Empty) => match acks.until(inbound, held.recv()).await {
+                Some(next) => next,
+                None => break,
+            },
         };
         let (delivery, message) = next;
         let outcome = match delivery.try_outcome() {
             Some(outcome) => outcome,
-            None => {
-                let mut handled = std::pin::pin!(delivery.wait());
-                loop {
-                    tokio::select! {
-                        biased;
-                        outcome = &mut handled => break outcome,
-                        () = acks.due() => acks.send(inbound).await,
-                    }
-                }
-            }
+            None => acks.until(inbound, delivery.wait()).await,
         };
         match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
             Settlement::Ack => acks.push(inbound, message).await,
@@ -561,6 +548,22 @@ impl<M> Acks<M> {
             std::future::pending::<()>().await;
         }
         self.deadline.as_mut().await;
+    }
+
+    /// Waits for `wait`, sending the acknowledgements that fall due meanwhile.
+    async fn until<I, F>(&mut self, inbound: &I, wait: F) -> F::Output
+    where
+        I: Inbound<Message = M>,
+        F: Future,
+    {
+        let mut wait = std::pin::pin!(wait);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut wait => return out,
+                () = self.due() => self.send(inbound).await,
+            }
+        }
     }
 
     /// Acknowledges every handled message held (each handled by every local subscriber).
@@ -629,6 +632,17 @@ struct Window<K> {
     hasher: RandomState,
 }
 
+/// What the window knows of a message's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Not handed over recently: to be handed over, and remembered.
+    New,
+    /// Handed over in this same broker message: a redelivery, handled again.
+    Again,
+    /// Handed over in another broker message: dropped.
+    Duplicate,
+}
+
 struct Remembered<K> {
     hash: u64,
     id: String,
@@ -640,16 +654,8 @@ struct Remembered<K> {
 struct Prehashed(u64);
 
 impl Hasher for Prehashed {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed (`write_u64`); any other use is a bug here.
-        debug_assert!(
-            false,
-            "Prehashed hashes u64 keys only, not {} bytes",
-            bytes.len()
-        );
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("`Window::index` hashes u64 keys only (`write_u64`)");
     }
 
     fn write_u64(&mut self, hash: u64) {
@@ -689,13 +695,18 @@ impl<K: Clone + Eq> Window<K> {
         (remembered.id == id).then_some(remembered)
     }
 
-    fn is_duplicate(&self, hash: u64, id: &str, carrier: &K) -> bool {
-        self.find(hash, id)
-            .is_some_and(|remembered| remembered.carrier != *carrier)
+    /// Whether `id` (of hash `hash`), carried by `carrier`, was handed over before.
+    fn seen(&self, hash: u64, id: &str, carrier: &K) -> Seen {
+        match self.find(hash, id) {
+            None => Seen::New,
+            Some(remembered) if remembered.carrier == *carrier => Seen::Again,
+            Some(_) => Seen::Duplicate,
+        }
     }
 
+    /// Remembers `id`, which `seen` found [`Seen::New`].
     fn remember(&mut self, hash: u64, id: &str, carrier: K) {
-        if self.capacity == 0 || self.find(hash, id).is_some() {
+        if self.capacity == 0 {
             return;
         }
         let n = self.next;
@@ -735,7 +746,7 @@ impl<K> fmt::Debug for Window<K> {
 mod tests {
     use std::collections::VecDeque;
 
-    use super::Window;
+    use super::{Seen, Window};
 
     #[test]
     fn the_window_drops_other_carriers_of_a_seen_id_and_forgets_the_oldest() {
@@ -743,19 +754,22 @@ mod tests {
         let [a, b, c] = ["a", "b", "c"].map(|id| w.hash(id));
         w.remember(a, "a", 1);
         assert!(
-            !w.is_duplicate(a, "a", &1),
+            w.seen(a, "a", &1) == Seen::Again,
             "a redelivery of one broker message is not a duplicate"
         );
-        assert!(w.is_duplicate(a, "a", &2));
+        assert!(w.seen(a, "a", &2) == Seen::Duplicate);
         w.remember(b, "b", 3);
         w.remember(c, "c", 4);
-        assert!(!w.is_duplicate(a, "a", &5), "forgotten past the capacity");
-        assert!(w.is_duplicate(b, "b", &6));
-        assert!(w.is_duplicate(c, "c", &6));
+        assert!(
+            w.seen(a, "a", &5) == Seen::New,
+            "forgotten past the capacity"
+        );
+        assert!(w.seen(b, "b", &6) == Seen::Duplicate);
+        assert!(w.seen(c, "c", &6) == Seen::Duplicate);
         let mut off = Window::new(0);
         assert!(!off.tracks());
         off.remember(a, "a", 1);
-        assert!(!off.is_duplicate(a, "a", &2));
+        assert!(off.seen(a, "a", &2) == Seen::New);
     }
 
     /// Against a model (the last `capacity` distinct ids, each with the carrier it was
@@ -786,7 +800,8 @@ mod tests {
                     let expected = model
                         .iter()
                         .any(|(seen, first)| *seen == id && *first != carrier);
-                    let said = w.is_duplicate(hash, &id, &carrier);
+                    let seen = w.seen(hash, &id, &carrier);
+                    let said = seen == Seen::Duplicate;
                     if colliding {
                         let other =
                             (0..3).any(|c| c != carrier && handed.contains(&(id.clone(), c)));
@@ -798,7 +813,7 @@ mod tests {
                     } else {
                         assert_eq!(said, expected, "{id}, capacity {capacity}");
                     }
-                    if !said {
+                    if seen == Seen::New {
                         w.remember(hash, &id, carrier);
                         handed.insert((id.clone(), carrier));
                         if !model.iter().any(|(seen, _)| *seen == id) {
