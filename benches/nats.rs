@@ -446,7 +446,7 @@ async fn sender(ctx: &Ctx, side: Side, cell: Cell, prefix: &str) -> Result<Sende
 
 /// The headers the link sends, as a raw client user would set them.
 fn raw_headers(kind: Kind, tag: &str, n: u64) -> HeaderMap {
-    let id = format!("{tag}-{n}");
+    let id = links::raw_id(tag, n);
     let mut headers = HeaderMap::new();
     headers.insert("Ringbus-Topic", TOPIC);
     if kind == Kind::Js {

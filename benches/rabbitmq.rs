@@ -535,7 +535,7 @@ impl Sender {
                         }
                         // Every publish of the batch is started (and queued for the I/O
                         // thread) before any is awaited.
-                        let ids: Vec<String> = (i..end).map(|i| format!("{tag}-{i}")).collect();
+                        let ids: Vec<String> = (i..end).map(|i| links::raw_id(&tag, i)).collect();
                         // `raw-json`: each message encoded, as the link does; `raw` allocates
                         // nothing here (an empty `Vec`) and sends the one body.
                         let encoded: Vec<Vec<u8>> = match typed {

@@ -486,7 +486,7 @@ impl Sender {
                         }
                         let mut pipe = redis::pipe();
                         for i in i..(i + XADD_PIPE as u64).min(n) {
-                            let id = format!("{tag}-{i}");
+                            let id = links::raw_id(&tag, i);
                             // `raw-json`: each message encoded, as the link does.
                             let body = if typed {
                                 std::borrow::Cow::Owned(links::encode_payload(&text))

@@ -42,6 +42,18 @@ pub(crate) fn payload_text(size: usize) -> String {
         .collect()
 }
 
+/// A raw peer's message id, `<tag>-<n>` as the link's, written straight into a string of the
+/// right size as the link writes its own (`ringbus_link::ids`), not through `format!`.
+pub(crate) fn raw_id(tag: &str, n: u64) -> String {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n);
+    let mut id = String::with_capacity(tag.len() + 1 + digits.len());
+    id.push_str(tag);
+    id.push('-');
+    id.push_str(digits);
+    id
+}
+
 /// What the `raw-json` client sends for one message: a `Payload` made from `text` and encoded
 /// as the link's `Json` codec encodes it (the link's publisher makes a `Payload` per message,
 /// and its export encodes each).
