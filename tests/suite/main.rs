@@ -23,6 +23,7 @@ mod no_loss;
 mod no_runtime;
 mod order;
 mod patterns;
+mod removal;
 mod stress;
 mod subscribe;
 mod types;

@@ -10,6 +10,7 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +18,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::error::{Error, PublishError, TypeMismatch, Unpublished, Unresolved};
+use crate::error::{Error, PublishError, RemoveError, TypeMismatch, Unpublished, Unresolved};
 use crate::handler::{BatchHandler, Handler, TopicBatchHandler, TopicHandler};
-use crate::map::TopicMap;
+use crate::map::{Found, Kept, TopicMap};
 use crate::observe;
 use crate::options::SubscribeOptions;
 use crate::pattern::{self, Patterns};
@@ -28,11 +29,11 @@ use crate::shared::{BusState, SubShared};
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport, Unhandled};
 use crate::subscriber::{self, Subscription};
-use crate::topic::{AnyTopic, PublishTo, Topic, TopicInner};
+use crate::topic::{AnyTopic, PublishTo, Resolved, Topic, TopicInner};
 
 /// A registered topic: the typed object (for downcasting) and its type-erased face.
 pub(crate) struct Entry {
-    typed: Arc<dyn Any + Send + Sync>,
+    pub(crate) typed: Arc<dyn Any + Send + Sync>,
     erased: Arc<dyn AnyTopic>,
 }
 
@@ -136,6 +137,7 @@ pub struct BusBuilder {
     max_subscribers: usize,
     stall_timeout: Option<Duration>,
     strict: bool,
+    removable: bool,
 }
 
 impl Default for BusBuilder {
@@ -148,6 +150,7 @@ impl Default for BusBuilder {
             max_subscribers: 65_536,
             stall_timeout: None,
             strict: false,
+            removable: false,
         }
     }
 }
@@ -258,6 +261,28 @@ impl BusBuilder {
         self
     }
 
+    /// Lets topics be removed with [`Bus::remove`], so that a bus whose topics come and go
+    /// (one per order, per user, per session) gives their memory back. Off by default.
+    ///
+    /// The price is on lookups by name (`publish`, `try_publish`, `publish_batch` by name,
+    /// `subscribe`, `topic`): each marks itself on a counter of its registry shard while it
+    /// runs (an atomic add, a fence and a subtract), and a publish by name that has to wait
+    /// clones the topic's `Arc`. Publishing through a [`Topic`] handle costs the same either
+    /// way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bus = ringbus::Bus::builder().removable_topics().build();
+    /// bus.publish("session.42", 1u64).await?; // made, and unrouted: no subscriber
+    /// bus.remove("session.42")?;
+    /// assert!(bus.stats().topics.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn removable_topics(mut self) -> Self {
+        self.removable = true;
+        self
+    }
+
     /// Registers a shared value for handlers that take a [`State<S>`](crate::State) parameter
     /// (one value per type; a second call for the same type replaces the first).
     pub fn state<S: Send + Sync + 'static>(mut self, value: S) -> Self {
@@ -278,7 +303,7 @@ impl BusBuilder {
             strict: self.strict,
             crashed: std::sync::Mutex::new(Vec::new()),
         });
-        let topics = TopicMap::new(self.shards);
+        let topics = TopicMap::new(self.shards, self.removable);
         Bus {
             inner: Arc::new(Inner {
                 state,
@@ -299,6 +324,7 @@ impl fmt::Debug for BusBuilder {
             .field("max_subscribers", &self.max_subscribers)
             .field("stall_timeout", &self.stall_timeout)
             .field("strict", &self.strict)
+            .field("removable", &self.removable)
             .field("states", &self.states.len())
             .finish()
     }
@@ -383,26 +409,33 @@ impl Bus {
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&Entry, Unresolved> {
+    ) -> Result<Found<'_, Entry>, Unresolved> {
         match self.inner.topics.get(name) {
             Some(entry) => Ok(entry),
             None => self.create::<T>(name, capacity),
         }
     }
 
-    /// Finds or makes the topic `name` for messages of type `T`.
-    ///
-    /// The reference lives as long as the bus: topics are never removed.
+    /// Finds or makes the topic `name` for messages of type `T`: see [`Resolved`] for how
+    /// long the reference lives.
     #[inline]
     pub(crate) fn resolve<T: Send + Sync + 'static>(
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&TopicInner<T>, Unresolved> {
-        let entry = self.entry::<T>(name, capacity)?;
-        (*entry.typed)
-            .downcast_ref::<TopicInner<T>>()
-            .ok_or_else(|| mismatch::<T>(name, entry).into())
+    ) -> Result<Resolved<'_, T>, Unresolved> {
+        let found = self.entry::<T>(name, capacity)?;
+        let entry = found.get();
+        let Some(topic) = (*entry.typed).downcast_ref::<TopicInner<T>>() else {
+            return Err(mismatch::<T>(name, entry).into());
+        };
+        // SAFETY: `topic` is in the allocation of the `Arc` `entry.typed`. On a bus whose
+        // topics are never removed, the entry keeps that `Arc` until the bus drops. On a
+        // removable bus, the entry keeps it while `found`'s reading lasts (no removal
+        // finishes before), and `Resolved` keeps the reading until it ends or, in
+        // `Resolved::own`, until it has cloned the `Arc` for its caller.
+        let topic: &TopicInner<T> = unsafe { &*ptr::from_ref(topic) };
+        Ok(Resolved::new(topic, found))
     }
 
     /// [`resolve`](Self::resolve), as an `Arc` (for subscriber tasks and `Topic` handles).
@@ -411,7 +444,8 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<Arc<TopicInner<T>>, Unresolved> {
-        let entry = self.entry::<T>(name, capacity)?;
+        let found = self.entry::<T>(name, capacity)?;
+        let entry = found.get();
         entry
             .typed
             .clone()
@@ -440,7 +474,7 @@ impl Bus {
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<&Entry, Unresolved> {
+    ) -> Result<Found<'_, Entry>, Unresolved> {
         if pattern::is_pattern(name) {
             return Err(Unresolved::WildcardTopic(name.into()));
         }
@@ -469,12 +503,11 @@ impl Bus {
     }
 
     fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {
+        let mut topics = Vec::new();
         self.inner
             .topics
-            .values()
-            .into_iter()
-            .map(|e| e.erased.clone())
-            .collect()
+            .for_each(|e| topics.push(e.erased.clone()));
+        topics
     }
 
     /// A typed handle to the topic `name`, made if it does not exist yet: publishing through
@@ -489,6 +522,89 @@ impl Bus {
     pub fn topic<T: Send + Sync + 'static>(&self, name: &str) -> Result<Topic<T>, Error> {
         let inner = self.resolve_arc::<T>(name, None)?;
         Ok(Topic { inner })
+    }
+
+    /// Removes the topic `name` and frees it, on a bus built with
+    /// [`removable_topics`](BusBuilder::removable_topics): for buses whose topics come and go.
+    ///
+    /// A topic is removed only when nothing holds it: no subscriber (a pattern subscription
+    /// that follows it counts), no [`Topic`] handle, no link, no publish by name waiting in
+    /// it. A publish to the name afterwards makes a new topic, as for any name.
+    ///
+    /// It never waits for a task. It may wait for lookups by name that other threads are in
+    /// the middle of (a lookup, and a publish that finds room, last a few hundred
+    /// nanoseconds).
+    ///
+    /// # Errors
+    ///
+    /// [`RemoveError::InUse`] while something holds the topic, [`RemoveError::NoSuchTopic`],
+    /// [`RemoveError::NotRemovable`] on a bus built without `removable_topics`, and
+    /// [`RemoveError::Reentrant`] when called by code the bus runs during a lookup on this
+    /// thread. Nothing changes then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringbus::{Bus, RemoveError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bus = Bus::builder().removable_topics().build();
+    /// let sub = bus.subscribe("order.17", async |_: &u32| {})?;
+    /// bus.publish("order.17", 1u32).await?;
+    /// assert!(matches!(bus.remove("order.17"), Err(RemoveError::InUse { .. })));
+    /// sub.unsubscribe().await; // handles the message first
+    /// bus.remove("order.17")?;
+    /// assert!(matches!(bus.remove("order.17"), Err(RemoveError::NoSuchTopic(_))));
+    /// # Ok(()) }
+    /// ```
+    pub fn remove(&self, name: &str) -> Result<(), RemoveError> {
+        let topics = &self.inner.topics;
+        if !topics.is_removable() {
+            return Err(RemoveError::NotRemovable(name.into()));
+        }
+        // The entry's own two `Arc`s (`typed` and `erased` share one count) and no other.
+        let removed = topics.remove(name, |entry| Arc::strong_count(&entry.erased) == 2);
+        match removed {
+            Ok(entry) => {
+                // Dropped here, outside the registry's lock: the ring's messages' `Drop`s run.
+                drop(entry);
+                let named: Arc<str> = name.into();
+                observe::emit(move || tracing::debug!(topic = %named, "ringbus topic removed"));
+                // The list of topics changed: see `create`.
+                self.inner.state.progressed();
+                Ok(())
+            }
+            Err(Kept::Missing) => Err(RemoveError::NoSuchTopic(name.into())),
+            Err(Kept::Reading) => Err(RemoveError::Reentrant(name.into())),
+            Err(Kept::InUse) => {
+                let holders = topics.get(name).map_or(0, |found| {
+                    Arc::strong_count(&found.get().erased).saturating_sub(2)
+                });
+                Err(RemoveError::InUse {
+                    topic: name.into(),
+                    holders,
+                })
+            }
+        }
+    }
+
+    /// Removes every topic nothing holds (see [`remove`](Self::remove)), and says how many,
+    /// on a bus built with [`removable_topics`](BusBuilder::removable_topics); 0 on any other.
+    /// For a service that makes a topic per entity and sweeps them from time to time.
+    pub fn remove_unused(&self) -> usize {
+        if !self.inner.topics.is_removable() {
+            return 0;
+        }
+        let mut names = Vec::new();
+        self.inner.topics.for_each(|entry| {
+            if Arc::strong_count(&entry.erased) == 2 {
+                names.push(entry.erased.name().clone());
+            }
+        });
+        names
+            .iter()
+            .filter(|name| self.remove(name).is_ok())
+            .count()
     }
 
     /// Publishes `msg` to `topic`, waiting while the slowest subscriber's queue is full.
@@ -608,7 +724,7 @@ impl Bus {
         msg: T,
     ) -> Result<(), PublishError<T>> {
         match self.resolve::<T>(topic, None) {
-            Ok(t) => t.try_publish(msg),
+            Ok(t) => t.topic.try_publish(msg),
             Err(e) => Err(e.refuse(msg)),
         }
     }
@@ -640,7 +756,12 @@ impl Bus {
         I: IntoIterator<Item = T>,
     {
         match self.resolve::<T>(topic, None) {
-            Ok(t) => t.publish_batch(&crate::context::NEVER, msgs).await,
+            Ok(resolved) => {
+                let topic = resolved.topic;
+                // Keeps `topic` alive across the awaits on a removable bus.
+                let _owned = resolved.own();
+                topic.publish_batch(&crate::context::NEVER, msgs).await
+            }
             Err(e) => Err(e.refuse(Unpublished::new(msgs.into_iter()))),
         }
     }
@@ -913,18 +1034,15 @@ impl Bus {
 
     /// Every topic, as a pattern meets it.
     fn typed_topics(&self) -> Vec<pattern::Met> {
-        self.inner
-            .topics
-            .values()
-            .into_iter()
-            .map(|e| {
-                (
-                    e.erased.name().clone(),
-                    e.typed.clone(),
-                    e.erased.message_type(),
-                )
-            })
-            .collect()
+        let mut topics = Vec::new();
+        self.inner.topics.for_each(|e| {
+            topics.push((
+                e.erased.name().clone(),
+                e.typed.clone(),
+                e.erased.message_type(),
+            ))
+        });
+        topics
     }
 
     /// Subscribes a handler that knows its topic and options, such as one made by
@@ -1218,7 +1336,7 @@ pub(crate) struct Named<'a> {
 
 impl<'a, T: Send + Sync + 'static> PublishTo<'a, T> for Named<'a> {
     #[inline]
-    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
+    fn topic(self) -> Result<Resolved<'a, T>, Unresolved> {
         self.bus.resolve::<T>(self.name, None)
     }
 }

@@ -425,6 +425,71 @@ impl fmt::Display for RingTooLarge {
 
 impl std::error::Error for RingTooLarge {}
 
+/// Why [`Bus::remove`](crate::Bus::remove) removed nothing. Each names the topic; nothing
+/// changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoveError {
+    /// The bus was built without
+    /// [`removable_topics`](crate::BusBuilder::removable_topics).
+    NotRemovable(Arc<str>),
+    /// No topic has the name.
+    NoSuchTopic(Arc<str>),
+    /// Something holds the topic: a subscriber (or a pattern subscription following it), a
+    /// [`Topic`](crate::Topic) handle, a link, or a publish by name waiting in it.
+    InUse {
+        /// The topic.
+        topic: Arc<str>,
+        /// How many hold it.
+        holders: usize,
+    },
+    /// Called by code the bus runs while it looks a topic up on this thread (a message's
+    /// `Drop` during a publish by name): the removal would wait for that lookup to end.
+    Reentrant(Arc<str>),
+}
+
+impl RemoveError {
+    /// The topic the removal was asked for.
+    pub fn topic(&self) -> &Arc<str> {
+        match self {
+            RemoveError::NotRemovable(topic)
+            | RemoveError::NoSuchTopic(topic)
+            | RemoveError::InUse { topic, .. }
+            | RemoveError::Reentrant(topic) => topic,
+        }
+    }
+}
+
+impl fmt::Display for RemoveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoveError::NotRemovable(topic) => write!(
+                f,
+                "topic \"{topic}\" was not removed: this bus's topics cannot be removed; build \
+                 it with Bus::builder().removable_topics()"
+            ),
+            RemoveError::NoSuchTopic(topic) => {
+                write!(
+                    f,
+                    "topic \"{topic}\" was not removed: there is no such topic"
+                )
+            }
+            RemoveError::InUse { topic, holders } => write!(
+                f,
+                "topic \"{topic}\" was not removed: {holders} subscriber(s), handle(s), \
+                 link(s) or waiting publish(es) hold it"
+            ),
+            RemoveError::Reentrant(topic) => write!(
+                f,
+                "topic \"{topic}\" was not removed: called while the bus was looking a topic \
+                 up on this thread (from a message's Drop?)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RemoveError {}
+
 /// Every error of the bus, without a message attached: what `?` turns a
 /// [`PublishError`] into, and what `subscribe`, `register` and `topic` return.
 ///

@@ -141,7 +141,8 @@ pub use bus::{Bus, BusBuilder, Subscriber};
 pub use context::Context;
 pub use delivery::{Delivered, Delivery};
 pub use error::{
-    Error, PatternMismatch, PublishError, RequestError, RingTooLarge, TypeMismatch, Unpublished,
+    Error, PatternMismatch, PublishError, RemoveError, RequestError, RingTooLarge, TypeMismatch,
+    Unpublished,
 };
 pub use handler::{
     with_state, Batch, BatchHandler, BatchHandlerFn, Handler, HandlerError, HandlerFn,
@@ -165,24 +166,44 @@ pub use topic::Topic;
 /// The topic registry, exposed for the suite's registry benchmark only; not a public API.
 #[doc(hidden)]
 pub mod __bench {
-    /// The grow-only, lock-free-lookup map the bus keeps its topics in.
+    /// The lock-free-lookup map the bus keeps its topics in.
     #[derive(Debug)]
     pub struct TopicMap<V>(crate::map::TopicMap<V>);
 
     impl<V> TopicMap<V> {
         /// A map with `shards` insert locks.
         pub fn new(shards: usize) -> Self {
-            Self(crate::map::TopicMap::new(shards))
+            Self(crate::map::TopicMap::new(shards, false))
         }
 
-        /// Looks `name` up without locking.
+        /// A map whose entries can be removed: each lookup reads its shard.
+        pub fn new_removable(shards: usize) -> Self {
+            Self(crate::map::TopicMap::new(shards, true))
+        }
+
+        /// Looks `name` up and calls `f` with its value, which a removable map keeps alive
+        /// for the call.
+        pub fn with<R>(&self, name: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
+            self.0.get(name).map(|found| f(found.get()))
+        }
+
+        /// Inserts `make()` under `name` if absent.
+        pub fn insert(&self, name: &str, make: impl FnOnce() -> V) {
+            self.0.get_or_insert_with(name, make);
+        }
+
+        /// Looks `name` up without locking (`None` on a removable map: use `with`).
         pub fn get(&self, name: &str) -> Option<&V> {
-            self.0.get(name)
+            self.0.get(name).and_then(|found| found.lasting())
         }
 
         /// Looks `name` up, inserting `make()` if absent.
         pub fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
-            self.0.get_or_insert_with(name, make)
+            let found = self.0.get_or_insert_with(name, make);
+            match found.lasting() {
+                Some(value) => value,
+                None => panic!("a removable map's values are reached through `with`"),
+            }
         }
     }
 }

@@ -1,15 +1,15 @@
 //! The synchronisation primitives of the bus's lock-free parts, in one place, so that under
 //! `--cfg ringbus_loom` the model checker can swap them for its own (see `lock.rs`'s models).
 //!
-//! `WriterLock` (the bus's one hand-written lock) and `Progress` (the notification `close` and
-//! delivery receipts wait on) go through this shim. The rest of the bus is built on tokio's
+//! `WriterLock` (the bus's one hand-written lock), `Progress` (the notification `close` and
+//! delivery receipts wait on) and the topic registry (`map`) go through this shim. The rest of the bus is built on tokio's
 //! primitives and on `ringbus-core`'s ring, which has its own loom models. Under loom,
 //! tokio's `Notify` is replaced by a stand-in with the part of its contract `Progress` relies
 //! on (below).
 
 #[cfg(not(ringbus_loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU8, AtomicUsize, Ordering},
+    atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering},
     Mutex, MutexGuard,
 };
 
@@ -18,7 +18,7 @@ pub(crate) use tokio::sync::Notify;
 
 #[cfg(ringbus_loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU8, AtomicUsize, Ordering},
+    atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering},
     Mutex, MutexGuard,
 };
 
@@ -124,4 +124,19 @@ pub(crate) fn thread_token() -> usize {
         static TOKEN: u8 = 0;
     }
     TOKEN.with(|t| t as *const u8 as usize)
+}
+
+/// Runs `f` with the calling thread's count of open readings of removable topic maps (see
+/// `map`). Under loom, per model thread.
+#[inline]
+pub(crate) fn with_readings<R>(f: impl FnOnce(&std::cell::Cell<usize>) -> R) -> R {
+    #[cfg(not(ringbus_loom))]
+    std::thread_local! {
+        static READINGS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    #[cfg(ringbus_loom)]
+    loom::thread_local! {
+        static READINGS: std::cell::Cell<usize> = std::cell::Cell::new(0);
+    }
+    READINGS.with(f)
 }

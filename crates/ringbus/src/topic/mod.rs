@@ -30,7 +30,7 @@ use std::time::Duration;
 use ringbus_core::{AllocError, Builder, Stage, Writer};
 
 pub use handle::Topic;
-pub(crate) use publish::PublishTo;
+pub(crate) use publish::{PublishTo, Resolved};
 
 use crate::error::{Error, RingTooLarge};
 use crate::lock::{WriterGuard, WriterLock};

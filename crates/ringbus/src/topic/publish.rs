@@ -5,6 +5,7 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -12,10 +13,12 @@ use ringbus_core::Full;
 use tokio::time::Instant;
 
 use super::{Guard, Slot, TopicInner};
+use crate::bus::Entry;
 use crate::context::Context;
 use crate::coop;
 use crate::delivery::Delivery;
 use crate::error::{PublishError, Unpublished, Unresolved};
+use crate::map::Found;
 use crate::observe;
 use crate::shared::Tracker;
 
@@ -709,7 +712,9 @@ pin_project_lite::pin_project! {
     #[project_replace = PublishReplace]
     pub(crate) enum Publish<'a, T, S, F, R = &'a TopicInner<T>> {
         First { topic: R, ctx: &'a Context, msg: T, slow: S },
-        Slow { #[pin] fut: F },
+        // `owned` keeps the topic `fut` borrows alive (see `Resolved::own`); declared after
+        // `fut`, so dropped after it.
+        Slow { #[pin] fut: F, owned: Option<Arc<TopicInner<T>>> },
         Done,
     }
 }
@@ -717,13 +722,46 @@ pin_project_lite::pin_project! {
 /// The topic of a [`Publish`], as its first poll finds it: a topic already resolved (a
 /// `Topic` handle's publish), or a name on a bus (`Bus::publish`), looked up then.
 pub(crate) trait PublishTo<'a, T> {
-    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved>;
+    fn topic(self) -> Result<Resolved<'a, T>, Unresolved>;
 }
 
 impl<'a, T> PublishTo<'a, T> for &'a TopicInner<T> {
     #[inline]
-    fn topic(self) -> Result<&'a TopicInner<T>, Unresolved> {
-        Ok(self)
+    fn topic(self) -> Result<Resolved<'a, T>, Unresolved> {
+        Ok(Resolved {
+            topic: self,
+            found: None,
+        })
+    }
+}
+
+/// A topic as a publish found it. `topic` is valid for `'a` when the caller holds it (a
+/// `Topic` handle) or the bus never removes topics; on a bus whose topics can be removed, it
+/// is valid while this lives, and after [`own`](Self::own) while the `Arc` it returns does.
+pub(crate) struct Resolved<'a, T> {
+    pub(crate) topic: &'a TopicInner<T>,
+    /// The registry's reading that keeps `topic` from being removed, on a removable bus.
+    found: Option<Found<'a, Entry>>,
+}
+
+impl<'a, T: Send + Sync + 'static> Resolved<'a, T> {
+    /// `topic`, found as `found` (see `Bus::resolve`).
+    #[inline]
+    pub(crate) fn new(topic: &'a TopicInner<T>, found: Found<'a, Entry>) -> Self {
+        Self {
+            topic,
+            found: found.is_reading().then_some(found),
+        }
+    }
+
+    /// Ends the lookup, returning what keeps `topic` valid from now on, for a caller that
+    /// keeps it across an `.await`: `None` when it is valid for `'a` anyway, else a clone of
+    /// the topic's `Arc`, taken while the reading still holds it.
+    #[inline]
+    pub(crate) fn own(self) -> Option<Arc<TopicInner<T>>> {
+        let found = self.found?;
+        let owned = found.get().typed.clone().downcast::<TopicInner<T>>();
+        Some(owned.unwrap_or_else(|_| unreachable!("`Bus::resolve` checked the type")))
     }
 }
 
@@ -737,7 +775,7 @@ where
     type Output = Result<(), PublishError<T>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
-        if let PublishProj::Slow { fut } = self.as_mut().project() {
+        if let PublishProj::Slow { fut, .. } = self.as_mut().project() {
             return fut.poll(cx);
         }
         let PublishReplace::First {
@@ -749,18 +787,21 @@ where
         else {
             panic!("`Publish` polled after it completed");
         };
-        let topic = match topic.topic() {
-            Ok(topic) => topic,
+        let resolved = match topic.topic() {
+            Ok(resolved) => resolved,
             Err(e) => return Poll::Ready(Err(e.refuse(msg))),
         };
+        let topic = resolved.topic;
         match topic.publish_now(ctx, msg, cx) {
             Ok(done) => Poll::Ready(done),
             Err((msg, full)) => {
+                let owned = resolved.own();
                 self.set(Publish::Slow {
                     fut: slow(topic, ctx, msg, full),
+                    owned,
                 });
                 match self.project() {
-                    PublishProj::Slow { fut } => fut.poll(cx),
+                    PublishProj::Slow { fut, .. } => fut.poll(cx),
                     _ => unreachable!("just set"),
                 }
             }
