@@ -75,6 +75,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "bus Bus::publish by name with 1 subscriber, delivery included",
     ),
     (
+        "bus/publish_by_name1_removable",
+        "bus/publish_by_name1 on a bus built with removable_topics (a reading per lookup)",
+    ),
+    (
         "bus/publish_by_name1_patterns",
         "bus/publish_by_name1 while 100 patterns that match other topics are subscribed",
     ),
@@ -142,12 +146,13 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
         "ring/publish" => ring_publish(n),
         "ring/publish_read" => ring_publish_read(n),
         "ring/batch64" => ring_batch(n),
-        "bus/publish1" => bus_publish(n, 1, false, 0, 1024),
-        "bus/publish10" => bus_publish(n, 10, false, 0, 1024),
-        "bus/publish_by_name1" => bus_publish(n, 1, true, 0, 1024),
-        "bus/publish_by_name1_patterns" => bus_publish(n, 1, true, 100, 1024),
-        "bus/publish_unbuffered1" => bus_publish(n, 1, false, 0, 0),
-        "bus/publish_by_name_idle" => bus_publish(n, 0, true, 0, 1024),
+        "bus/publish1" => bus_publish(n, 1, Route::Handle, 0, 1024),
+        "bus/publish10" => bus_publish(n, 10, Route::Handle, 0, 1024),
+        "bus/publish_by_name1" => bus_publish(n, 1, Route::Name, 0, 1024),
+        "bus/publish_by_name1_removable" => bus_publish(n, 1, Route::NameRemovable, 0, 1024),
+        "bus/publish_by_name1_patterns" => bus_publish(n, 1, Route::Name, 100, 1024),
+        "bus/publish_unbuffered1" => bus_publish(n, 1, Route::Handle, 0, 0),
+        "bus/publish_by_name_idle" => bus_publish(n, 0, Route::Name, 0, 1024),
         "bus/subscribe" => bus_subscribe(n),
         "bus/publish1_not_interested" => {
             // Interested in DEBUG (the maximum level lets the bus's check pass), not in the
@@ -156,13 +161,13 @@ fn probe(scenario: &str, n: u64) -> ExitCode {
                 .with_default(LevelFilter::DEBUG)
                 .with_target("ringbus", LevelFilter::OFF);
             let _default = tracing_subscriber::registry().with(filter).set_default();
-            bus_publish(n, 1, false, 0, 1024)
+            bus_publish(n, 1, Route::Handle, 0, 1024)
         }
         "bus/publish1_traced" => {
             // The registry alone: every span made, entered, exited and closed, none printed
             // (what any layer built on the registry pays before its own work).
             let _default = tracing_subscriber::registry().set_default();
-            bus_publish(n, 1, false, 0, 1024)
+            bus_publish(n, 1, Route::Handle, 0, 1024)
         }
         _ => {
             eprintln!("unknown scenario {scenario}; see `ringbus-cost list`");
@@ -222,15 +227,31 @@ fn ring_batch(n: u64) -> bool {
     sum == n * (n - 1) / 2
 }
 
+/// How `bus_publish` publishes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Through a `Topic` handle.
+    Handle,
+    /// By name.
+    Name,
+    /// By name, on a bus built with `removable_topics`.
+    NameRemovable,
+}
+
 /// `n` publishes to a topic with `subscribers` one-message subscribers, while `patterns`
 /// pattern subscriptions match other topics (each has one, made first); `capacity` 0 makes
 /// the topic unbuffered.
-fn bus_publish(n: u64, subscribers: u64, by_name: bool, patterns: usize, capacity: usize) -> bool {
+fn bus_publish(n: u64, subscribers: u64, route: Route, patterns: usize, capacity: usize) -> bool {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return false;
     };
     runtime.block_on(async {
-        let bus = Bus::builder().capacity(capacity).build();
+        let builder = Bus::builder().capacity(capacity);
+        let bus = if route == Route::NameRemovable {
+            builder.removable_topics().build()
+        } else {
+            builder.build()
+        };
         let handled = std::sync::Arc::new(AtomicU64::new(0));
         let mut subs = Vec::new();
         for p in 0..patterns {
@@ -259,10 +280,10 @@ fn bus_publish(n: u64, subscribers: u64, by_name: bool, patterns: usize, capacit
             return false;
         };
         for i in 0..n {
-            let sent = if by_name {
-                bus.publish("cost", i).await
-            } else {
+            let sent = if route == Route::Handle {
                 topic.publish(i).await
+            } else {
+                bus.publish("cost", i).await
             };
             if sent.is_err() {
                 return false;

@@ -1,11 +1,14 @@
 //! The topic registry: how the bus finds a topic by name on every `publish(name, ..)`.
 //!
 //! The issue asked for the faster of `dashmap` and a fixed set of shard locks; the bus keeps
-//! neither: its grow-only map (`crates/ringbus/src/map.rs`) looks topics up with no lock and
-//! no shared counter, because topics are never removed. This bench holds it against both
-//! alternatives, wired as the bus would need them (a lookup that hands back something the
-//! publish can keep across an `.await`: a clone of the topic's `Arc` for the locked maps, a
-//! plain reference for the grow-only map), over 100 topics, from one thread and from two.
+//! neither: its map (`crates/ringbus/src/map.rs`) looks topics up with no lock and, on a bus
+//! that never removes topics (the default), no shared counter. This bench holds it against
+//! both alternatives, wired as the bus would need them (a lookup that hands back something
+//! the publish can keep across an `.await`: a clone of the topic's `Arc` for the locked maps,
+//! a plain reference for the grow-only map), over 100 topics, from one thread and from two.
+//! `ringbus-removable` is the map of a bus built with `removable_topics`: its lookup adds to
+//! and subtracts from a counter of its shard, and hands back a value valid while it reads
+//! (the bus clones the topic's `Arc` only when a publish has to wait).
 //!
 //! `RUSTFLAGS= cargo bench -p ringbus-bench --bench registry`
 
@@ -88,20 +91,24 @@ fn parallel(threads: usize, iters: u64, lookup: impl Fn(&str) -> u64 + Sync) -> 
 fn bench(c: &mut Criterion) {
     let names = names();
     let grow_only = TopicMap::new(SHARDS);
+    let removable = TopicMap::new_removable(SHARDS);
     let dash: DashMap<Box<str>, Arc<u64>> = DashMap::new();
     let sharded = Sharded::new(&names);
     for (i, n) in names.iter().enumerate() {
         grow_only.get_or_insert_with(n, || Arc::new(i as u64));
+        removable.insert(n, || Arc::new(i as u64));
         dash.insert(n.as_str().into(), Arc::new(i as u64));
     }
     // Every registry finds every topic with its value.
     for (i, n) in names.iter().enumerate() {
         assert_eq!(grow_only.get(n).map(|v| **v), Some(i as u64));
+        assert_eq!(removable.with(n, |v| **v), Some(i as u64));
         assert_eq!(dash.get(n.as_str()).map(|v| **v), Some(i as u64));
         assert_eq!(sharded.get(n).map(|v| *v), Some(i as u64));
     }
 
     let grow_lookup = |n: &str| grow_only.get(n).map_or(0, |v| **v);
+    let removable_lookup = |n: &str| removable.with(n, |v| **v).unwrap_or(0);
     let dash_lookup = |n: &str| dash.get(n).map_or(0, |v| *v.clone());
     let sharded_lookup = |n: &str| sharded.get(n).map_or(0, |v| *v);
 
@@ -113,6 +120,9 @@ fn bench(c: &mut Criterion) {
             .sample_size(20);
         g.bench_function("ringbus-grow-only", |b| {
             b.iter_custom(|iters| parallel(threads, iters, grow_lookup))
+        });
+        g.bench_function("ringbus-removable", |b| {
+            b.iter_custom(|iters| parallel(threads, iters, removable_lookup))
         });
         g.bench_function("dashmap", |b| {
             b.iter_custom(|iters| parallel(threads, iters, dash_lookup))
