@@ -196,3 +196,98 @@ fn removals_racing_subscribes_and_publishes_lose_nothing() {
     remover.join().unwrap();
     assert!(removed.load(Ordering::Relaxed) >= ROUNDS as usize);
 }
+
+/// Topics made after them, each `n` a publish to a new name: enough for the idle policy's
+/// sweeps to go round the registry several times.
+async fn make_topics(bus: &Bus, prefix: &str, n: u64) {
+    for i in 0..n {
+        bus.publish(&format!("{prefix}.{i}"), i).await.unwrap();
+    }
+}
+
+/// `remove_idle`: as topics are made, those nothing holds and nobody publishes to are
+/// removed once their time is up (here at once: the second time a sweep sees them idle);
+/// a topic with a subscriber, one with a handle and one publishes keep going to stay.
+#[tokio::test]
+async fn an_idle_policy_removes_what_nothing_holds_as_topics_are_made() {
+    let bus = Bus::builder().remove_idle(Duration::ZERO).build();
+    make_topics(&bus, "old", 100).await;
+    let _handle = bus.topic::<u64>("held").unwrap();
+    let sub = bus.subscribe("watched", async |_: &u64| {}).unwrap();
+    let busy = bus.topic::<u64>("busy").unwrap();
+    drop(busy); // held by nothing; kept by its publishes
+    for round in 0..20u64 {
+        bus.publish("busy", round).await.unwrap();
+        make_topics(&bus, &format!("new{round}"), 50).await;
+    }
+    let names = names(&bus);
+    assert!(
+        !names.iter().any(|n| n.starts_with("old.")),
+        "idle topics left: {names:?}"
+    );
+    for kept in ["busy", "held", "watched"] {
+        assert!(
+            names.iter().any(|n| n == kept),
+            "{kept} was removed: {names:?}"
+        );
+    }
+    // 1,100 topics made in all; the sweeps keep only the latest few.
+    assert!(names.len() < 300, "{} topics left", names.len());
+    sub.unsubscribe().await;
+    bus.close().await;
+}
+
+/// A topic is not removed before its time, however many sweeps see it idle.
+#[tokio::test]
+async fn an_idle_policy_waits_for_its_time() {
+    let bus = Bus::builder()
+        .remove_idle(Duration::from_secs(3600))
+        .build();
+    make_topics(&bus, "old", 100).await;
+    make_topics(&bus, "new", 1000).await;
+    assert_eq!(names(&bus).len(), 1100);
+    // The policy implies removable topics.
+    assert_eq!(bus.remove_unused(), 1100);
+}
+
+/// User code the bus runs during a publish by name (here a message's `Drop`, as an unrouted
+/// message is dropped) may make topics while another thread removes them: no lookup's
+/// reading is held while it runs, so a removal (which holds its shard's lock while it waits
+/// out readings) never waits for a thread that waits for that lock.
+#[test]
+fn code_run_by_a_publish_may_make_topics_while_another_thread_removes() {
+    struct MakesATopic(Bus, u64);
+    impl Drop for MakesATopic {
+        fn drop(&mut self) {
+            let _ = self.0.try_publish(&format!("new.{}", self.1), 0u8);
+        }
+    }
+    // One shard: every topic shares the lock the remover holds.
+    let bus = Bus::builder().removable_topics().shards(1).build();
+    let stop = Arc::new(AtomicBool::new(false));
+    let remover = {
+        let (bus, stop) = (bus.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut removed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                removed += bus.remove_unused();
+            }
+            removed
+        })
+    };
+    let (done, finished) = std::sync::mpsc::channel();
+    let publisher = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            for i in 0..20_000 {
+                let _ = bus.try_publish("x", MakesATopic(bus.clone(), i));
+            }
+            let _ = done.send(());
+        })
+    };
+    let outcome = finished.recv_timeout(Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    assert!(outcome.is_ok(), "the publisher made no progress for 60 s");
+    publisher.join().unwrap();
+    assert!(remover.join().unwrap() > 0);
+}

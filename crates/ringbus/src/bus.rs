@@ -10,7 +10,6 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +28,15 @@ use crate::shared::{BusState, SubShared};
 use crate::state::{State, States};
 use crate::stats::{BusStats, CloseReport, Unhandled};
 use crate::subscriber::{self, Subscription};
+use crate::sweep::{self, IdleMark, Sweep};
 use crate::topic::{AnyTopic, PublishTo, Resolved, Topic, TopicInner};
 
 /// A registered topic: the typed object (for downcasting) and its type-erased face.
 pub(crate) struct Entry {
     pub(crate) typed: Arc<dyn Any + Send + Sync>,
     erased: Arc<dyn AnyTopic>,
+    /// What the idle policy's sweeps have seen of it.
+    idle: IdleMark,
 }
 
 struct Inner {
@@ -45,6 +47,8 @@ struct Inner {
     states: States,
     /// The pattern subscriptions, matched against each topic as it is made.
     patterns: Arc<Patterns>,
+    /// The idle policy, if the builder set one.
+    sweep: Option<Sweep>,
 }
 
 /// The message bus: named topics, each carrying one message type, each with its own ring and
@@ -138,6 +142,7 @@ pub struct BusBuilder {
     stall_timeout: Option<Duration>,
     strict: bool,
     removable: bool,
+    remove_idle: Option<Duration>,
 }
 
 impl Default for BusBuilder {
@@ -151,6 +156,7 @@ impl Default for BusBuilder {
             stall_timeout: None,
             strict: false,
             removable: false,
+            remove_idle: None,
         }
     }
 }
@@ -266,9 +272,9 @@ impl BusBuilder {
     ///
     /// The price is on lookups by name (`publish`, `try_publish`, `publish_batch` by name,
     /// `subscribe`, `topic`): each marks itself on a counter of its registry shard while it
-    /// runs (an atomic add, a fence and a subtract), and a publish by name that has to wait
-    /// clones the topic's `Arc`. Publishing through a [`Topic`] handle costs the same either
-    /// way.
+    /// looks (an atomic add, a fence and a subtract) and clones the topic's `Arc` (two atomic
+    /// operations on a line every publisher of the topic shares). Publishing through a
+    /// [`Topic`] handle costs the same either way.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -280,6 +286,32 @@ impl BusBuilder {
     /// ```
     pub fn removable_topics(mut self) -> Self {
         self.removable = true;
+        self
+    }
+
+    /// Removes topics that have been idle for `after`: nothing held them (see
+    /// [`Bus::remove`]) and nothing was published to them. Implies
+    /// [`removable_topics`](Self::removable_topics). Off by default.
+    ///
+    /// The bus has no thread of its own and the publish path pays nothing for this: each time
+    /// a topic is made, the bus looks at a few topics in turn (at most 16), so an idle topic
+    /// is removed once its time is up and topics keep being made, as they do on a bus whose
+    /// topics come and go. [`Bus::remove_unused`] removes every topic nothing holds, at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ringbus::PublishError<u64>> {
+    /// let bus = ringbus::Bus::builder().remove_idle(Duration::from_secs(60)).build();
+    /// for session in 0..1000u64 {
+    ///     // Each topic is removed a minute after its last publish, as later ones are made.
+    ///     bus.publish(&format!("session.{session}"), session).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn remove_idle(mut self, after: Duration) -> Self {
+        self.removable = true;
+        self.remove_idle = Some(after);
         self
     }
 
@@ -310,6 +342,7 @@ impl BusBuilder {
                 topics,
                 states: self.states,
                 patterns: Arc::default(),
+                sweep: self.remove_idle.map(Sweep::new),
             }),
         }
     }
@@ -325,6 +358,7 @@ impl fmt::Debug for BusBuilder {
             .field("stall_timeout", &self.stall_timeout)
             .field("strict", &self.strict)
             .field("removable", &self.removable)
+            .field("remove_idle", &self.remove_idle)
             .field("states", &self.states.len())
             .finish()
     }
@@ -410,9 +444,13 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<Found<'_, Entry>, Unresolved> {
-        match self.inner.topics.get(name) {
-            Some(entry) => Ok(entry),
-            None => self.create::<T>(name, capacity),
+        loop {
+            if let Some(entry) = self.inner.topics.get(name) {
+                return Ok(entry);
+            }
+            // Looked up again once made: on a removable bus the topic may have gone since
+            // (then it is made anew).
+            self.create::<T>(name, capacity)?;
         }
     }
 
@@ -424,18 +462,22 @@ impl Bus {
         name: &str,
         capacity: Option<usize>,
     ) -> Result<Resolved<'_, T>, Unresolved> {
-        let found = self.entry::<T>(name, capacity)?;
-        let entry = found.get();
-        let Some(topic) = (*entry.typed).downcast_ref::<TopicInner<T>>() else {
-            return Err(mismatch::<T>(name, entry).into());
+        let entry = match self.entry::<T>(name, capacity)?.lasting() {
+            Ok(entry) => entry,
+            Err(found) => {
+                // A removable bus: the topic is kept by a clone of its `Arc`, taken while the
+                // lookup's reading lasts, which ends here (see `map`, "Removal").
+                let entry = found.get();
+                return match entry.typed.clone().downcast::<TopicInner<T>>() {
+                    Ok(topic) => Ok(Resolved::owned(topic)),
+                    Err(_) => Err(mismatch::<T>(name, entry).into()),
+                };
+            }
         };
-        // SAFETY: `topic` is in the allocation of the `Arc` `entry.typed`. On a bus whose
-        // topics are never removed, the entry keeps that `Arc` until the bus drops. On a
-        // removable bus, the entry keeps it while `found`'s reading lasts (no removal
-        // finishes before), and `Resolved` keeps the reading until it ends or, in
-        // `Resolved::own`, until it has cloned the `Arc` for its caller.
-        let topic: &TopicInner<T> = unsafe { &*ptr::from_ref(topic) };
-        Ok(Resolved::new(topic, found))
+        match (*entry.typed).downcast_ref::<TopicInner<T>>() {
+            Some(topic) => Ok(Resolved::held(topic)),
+            None => Err(mismatch::<T>(name, entry).into()),
+        }
     }
 
     /// [`resolve`](Self::resolve), as an `Arc` (for subscriber tasks and `Topic` handles).
@@ -468,20 +510,22 @@ impl Bus {
     /// Makes the topic `name` for messages of type `T`, unless another thread just did; an
     /// `Err` if its ring cannot be allocated or a pattern that matches it takes another type
     /// (then nothing is made). Every pattern that matches follows it before it is inserted,
-    /// holding the patterns' lock (see `pattern`).
+    /// holding the patterns' lock (see `pattern`). The caller looks it up afterwards, so that
+    /// no lookup's reading is held while the events raised here run.
     #[cold]
     fn create<T: Send + Sync + 'static>(
         &self,
         name: &str,
         capacity: Option<usize>,
-    ) -> Result<Found<'_, Entry>, Unresolved> {
+    ) -> Result<(), Unresolved> {
         if pattern::is_pattern(name) {
             return Err(Unresolved::WildcardTopic(name.into()));
         }
+        self.sweep();
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
         let _held = observe::Held::enter();
         let patterns = self.inner.patterns.read();
-        let entry = self.inner.topics.get_or_try_insert_with(name, || {
+        let made = self.inner.topics.get_or_try_insert_with(name, || {
             let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())?;
             let topic = Arc::new(topic);
             let typed: Arc<dyn Any + Send + Sync> = topic.clone();
@@ -492,6 +536,7 @@ impl Bus {
             Ok::<_, Unresolved>(Entry {
                 typed,
                 erased: topic,
+                idle: IdleMark::new(),
             })
         });
         drop(patterns);
@@ -499,7 +544,7 @@ impl Bus {
         // progress: say there was some, or on an otherwise quiet bus `close` and `wait_idle`
         // would wait for good. (Nobody handles anything on a topic just made.)
         self.inner.state.progressed();
-        entry
+        made.map(drop)
     }
 
     fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {
@@ -531,16 +576,19 @@ impl Bus {
     /// that follows it counts), no [`Topic`] handle, no link, no publish by name waiting in
     /// it. A publish to the name afterwards makes a new topic, as for any name.
     ///
-    /// It never waits for a task. It may wait for lookups by name that other threads are in
-    /// the middle of (a lookup, and a publish that finds room, last a few hundred
-    /// nanoseconds).
+    /// A pattern subscription holds every topic it matches for as long as it lives, so a
+    /// topic that a pattern matches is removed only once the pattern is unsubscribed. A
+    /// `stats`, `close` or pattern subscribe running at that moment lists every topic, holding
+    /// each for an instant: the removal may then be refused, and can be tried again.
+    ///
+    /// It never waits for a task or for user code. It may wait for lookups by name that
+    /// other threads are in the middle of (a lookup and the clone of the topic's `Arc`).
     ///
     /// # Errors
     ///
     /// [`RemoveError::InUse`] while something holds the topic, [`RemoveError::NoSuchTopic`],
-    /// [`RemoveError::NotRemovable`] on a bus built without `removable_topics`, and
-    /// [`RemoveError::Reentrant`] when called by code the bus runs during a lookup on this
-    /// thread. Nothing changes then.
+    /// and [`RemoveError::NotRemovable`] on a bus built without `removable_topics`. Nothing
+    /// changes then.
     ///
     /// # Examples
     ///
@@ -575,7 +623,6 @@ impl Bus {
                 Ok(())
             }
             Err(Kept::Missing) => Err(RemoveError::NoSuchTopic(name.into())),
-            Err(Kept::Reading) => Err(RemoveError::Reentrant(name.into())),
             Err(Kept::InUse) => {
                 let holders = topics.get(name).map_or(0, |found| {
                     Arc::strong_count(&found.get().erased).saturating_sub(2)
@@ -585,6 +632,33 @@ impl Bus {
                     holders,
                 })
             }
+        }
+    }
+
+    /// One step of the idle policy (`sweep.rs`): looks at the next few topics and removes
+    /// those idle long enough. Called where a topic is made, holding nothing.
+    fn sweep(&self) {
+        let Some(sweep) = &self.inner.sweep else {
+            return;
+        };
+        let mut expired = Vec::new();
+        {
+            // Another thread sweeping now: this one skips its turn.
+            let Ok(mut cursor) = sweep.cursor.try_lock() else {
+                return;
+            };
+            let now = sweep.now();
+            self.inner.topics.visit(&mut cursor, sweep::SLOTS, |entry| {
+                let held = Arc::strong_count(&entry.erased) > 2;
+                let idle = entry.idle.look(now, held, entry.erased.published());
+                if idle.is_some_and(|idle| idle >= sweep.after) {
+                    expired.push(entry.erased.name().clone());
+                }
+            });
+        }
+        for name in expired {
+            // Refused if something took the topic since: it is idle no more.
+            let _ = self.remove(&name);
         }
     }
 

@@ -435,17 +435,16 @@ pub enum RemoveError {
     NotRemovable(Arc<str>),
     /// No topic has the name.
     NoSuchTopic(Arc<str>),
-    /// Something holds the topic: a subscriber (or a pattern subscription following it), a
-    /// [`Topic`](crate::Topic) handle, a link, or a publish by name waiting in it.
+    /// Something holds the topic: a subscriber (or a pattern subscription that matches it),
+    /// a [`Topic`](crate::Topic) handle, a link, a publish by name in the middle of it, or,
+    /// for a moment, a `stats`, `close` or pattern subscribe listing every topic.
     InUse {
         /// The topic.
         topic: Arc<str>,
-        /// How many hold it.
+        /// How many held it when the error was made (references to the topic beyond the
+        /// bus's own; 0 if they all let go since).
         holders: usize,
     },
-    /// Called by code the bus runs while it looks a topic up on this thread (a message's
-    /// `Drop` during a publish by name): the removal would wait for that lookup to end.
-    Reentrant(Arc<str>),
 }
 
 impl RemoveError {
@@ -454,8 +453,7 @@ impl RemoveError {
         match self {
             RemoveError::NotRemovable(topic)
             | RemoveError::NoSuchTopic(topic)
-            | RemoveError::InUse { topic, .. }
-            | RemoveError::Reentrant(topic) => topic,
+            | RemoveError::InUse { topic, .. } => topic,
         }
     }
 }
@@ -478,11 +476,6 @@ impl fmt::Display for RemoveError {
                 f,
                 "topic \"{topic}\" was not removed: {holders} subscriber(s), handle(s), \
                  link(s) or waiting publish(es) hold it"
-            ),
-            RemoveError::Reentrant(topic) => write!(
-                f,
-                "topic \"{topic}\" was not removed: called while the bus was looking a topic \
-                 up on this thread (from a message's Drop?)"
             ),
         }
     }

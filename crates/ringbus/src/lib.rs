@@ -129,6 +129,7 @@ mod state;
 mod stats;
 mod stream;
 mod subscriber;
+mod sweep;
 mod sync;
 pub mod testing;
 mod time;
@@ -194,15 +195,15 @@ pub mod __bench {
 
         /// Looks `name` up without locking (`None` on a removable map: use `with`).
         pub fn get(&self, name: &str) -> Option<&V> {
-            self.0.get(name).and_then(|found| found.lasting())
+            self.0.get(name).and_then(|found| found.lasting().ok())
         }
 
         /// Looks `name` up, inserting `make()` if absent.
         pub fn get_or_insert_with(&self, name: &str, make: impl FnOnce() -> V) -> &V {
             let found = self.0.get_or_insert_with(name, make);
             match found.lasting() {
-                Some(value) => value,
-                None => panic!("a removable map's values are reached through `with`"),
+                Ok(value) => value,
+                Err(_) => panic!("a removable map's values are reached through `with`"),
             }
         }
     }

@@ -29,9 +29,10 @@
 //!   reads zero. By the two fences, a reader the remover did not see counted unlinked-before
 //!   sees the tombstone: so once both counters have read zero, no reader can reach the node.
 //!   Two counters so that the wait ends while lookups keep coming.
-//! - Readings last one synchronous call (a lookup and what the bus does at once with it), so
-//!   the wait is short; a caller that keeps the value across an `.await` takes what keeps it
-//!   alive (the bus clones the topic's `Arc`) before its reading ends.
+//! - A reading lasts a lookup and the clone of what it found (the bus clones the topic's
+//!   `Arc` and ends the reading before it does anything with the topic). No other code runs
+//!   under a reading, so the wait is short, and it cannot be a deadlock: a reader never waits
+//!   for a lock, for another thread, or for user code that might call `remove`.
 //! - `remove` then asks `idle` again: what a reader took before the unlink is visible now
 //!   (the Acquire load of the counter pairs with the reading's Release), so a value `idle`
 //!   still accepts has no holder and can have none. Otherwise the node goes back in its slot.
@@ -45,13 +46,14 @@
 //!   grace period passed (removable), or with the map.
 //! - Every table has an empty slot (half used at most), so probes end.
 //! - Only the holder of `grow` stores to slots, to `current` or to a shard's epoch.
-//! - A thread holding a reading never waits for a grace period (`remove` refuses instead):
-//!   the wait would be for itself.
+//! - Nothing but the map's own code and the caller's clone of a value runs under a reading,
+//!   and a thread that holds one takes no lock (so `remove`, waiting under `grow`, never
+//!   waits for itself or for a thread waiting for it).
 
 use std::hash::Hasher;
 use std::ptr;
 
-use crate::sync::{fence, with_readings, yield_now, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::sync::{fence, yield_now, AtomicPtr, AtomicUsize, Mutex, Ordering};
 
 /// FNV-1a: topic names are short and chosen by the program, so a fast hash beats SipHash.
 #[derive(Clone, Copy)]
@@ -186,12 +188,11 @@ impl Grace {
         // SeqCst: pairs with `synchronize`'s fence. Either that remover sees this reader
         // counted, or this reader's loads of the table see what it unlinked.
         fence(Ordering::SeqCst);
-        with_readings(|n| n.set(n.get() + 1));
         Reading { counter }
     }
 
     /// Returns once no reader can still be looking at what was unlinked before the call.
-    /// Caller holds `grow` and no reading of its own.
+    /// Caller holds `grow` (and, as every thread, no reading: see the invariants).
     fn synchronize(&self) {
         // SeqCst: see `read`.
         fence(Ordering::SeqCst);
@@ -210,7 +211,6 @@ impl Grace {
 impl Drop for Reading<'_> {
     #[inline]
     fn drop(&mut self) {
-        with_readings(|n| n.set(n.get() - 1));
         // Release: everything this reader did with what it found happens before a remover
         // that waits for the count to fall frees it.
         self.counter.fetch_sub(1, Ordering::Release);
@@ -231,16 +231,13 @@ impl<'m, V> Found<'m, V> {
         self.value
     }
 
-    /// The value, for the map's life: `Some` unless the map is removable.
+    /// The value, for the map's life, unless the map is removable (then `Err(self)`).
     #[inline]
-    pub(crate) fn lasting(self) -> Option<&'m V> {
-        self.reading.is_none().then_some(self.value)
-    }
-
-    /// Whether the value is valid only while this lives (a removable map).
-    #[inline]
-    pub(crate) fn is_reading(&self) -> bool {
-        self.reading.is_some()
+    pub(crate) fn lasting(self) -> Result<&'m V, Self> {
+        match self.reading {
+            None => Ok(self.value),
+            Some(_) => Err(self),
+        }
     }
 }
 
@@ -274,6 +271,13 @@ pub(crate) const MAX_SHARDS: usize = 1 << 16;
 /// The fewest slots a table has.
 const MIN_SLOTS: usize = 16;
 
+/// Where [`TopicMap::visit`] goes on from.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Cursor {
+    shard: usize,
+    slot: usize,
+}
+
 /// Why `remove` removed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kept {
@@ -281,8 +285,6 @@ pub(crate) enum Kept {
     Missing,
     /// `idle` refused the value.
     InUse,
-    /// The calling thread holds a reading of this map: the grace period would wait for it.
-    Reading,
 }
 
 /// A map from topic names to `V`, sharded by hash.
@@ -436,9 +438,6 @@ impl<V> TopicMap<V> {
     /// If the map is not removable (the caller checks first).
     pub(crate) fn remove(&self, name: &str, idle: impl Fn(&V) -> bool) -> Result<V, Kept> {
         assert!(self.removable, "remove on a map made without `removable`");
-        if with_readings(|n| n.get()) != 0 {
-            return Err(Kept::Reading);
-        }
         let h = hash(name);
         let shard = self.shard(h);
         let mut grow = shard.grow.lock().unwrap_or_else(|e| e.into_inner());
@@ -486,6 +485,38 @@ impl<V> TopicMap<V> {
             for p in table.nodes() {
                 // SAFETY: as above.
                 f(unsafe { &(*p).value });
+            }
+        }
+    }
+
+    /// Calls `f` with the values in the next `slots` slots from `cursor` on (shard by shard,
+    /// wrapping round), and moves `cursor` past them: for a sweep that looks at a few entries
+    /// at a time. A table rebuilt meanwhile only makes the cursor skip or revisit a few.
+    pub(crate) fn visit(&self, cursor: &mut Cursor, slots: usize, mut f: impl FnMut(&V)) {
+        let mut left = slots;
+        while left > 0 {
+            let shard = &self.shards[cursor.shard & self.shard_mask];
+            let reading = self.read(shard);
+            // SAFETY: tables and nodes live while `reading` does (or for the map's life).
+            let table = unsafe { &*shard.current.load(Ordering::Acquire) };
+            let start = cursor.slot.min(table.slots.len());
+            let end = (start + left).min(table.slots.len());
+            for slot in &table.slots[start..end] {
+                let p = slot.load(Ordering::Acquire);
+                if !p.is_null() && p != tombstone() {
+                    // SAFETY: as above.
+                    f(unsafe { &(*p).value });
+                }
+            }
+            drop(reading);
+            left -= end - start;
+            if end == table.slots.len() {
+                *cursor = Cursor {
+                    shard: (cursor.shard + 1) & self.shard_mask,
+                    slot: 0,
+                };
+            } else {
+                cursor.slot = end;
             }
         }
     }
@@ -692,22 +723,16 @@ mod tests {
         assert_eq!(value(&map, "a"), None);
     }
 
-    /// A thread that holds a reading cannot wait for a grace period: `remove` refuses.
+    /// A removable map's lookups read; the others hand out lasting values.
     #[test]
-    fn remove_refuses_while_this_thread_reads() {
+    fn only_a_removable_map_reads() {
         let map = TopicMap::new(2, true);
         map.get_or_insert_with("a", || 1);
-        map.get_or_insert_with("b", || 2);
         let found = map.get("a").expect("a");
-        assert!(found.is_reading());
-        assert_eq!(map.remove("b", |_| true), Err(Kept::Reading));
-        drop(found);
-        assert_eq!(map.remove("b", |_| true), Ok(2));
-        // A map that is not removable hands out lasting values and no reading.
+        assert!(found.lasting().is_err());
         let lasting = TopicMap::new(1, false);
         let found = lasting.get_or_insert_with("a", || 1);
-        assert!(!found.is_reading());
-        assert_eq!(found.lasting(), Some(&1));
+        assert_eq!(found.lasting().ok(), Some(&1));
     }
 
     /// Lookups, inserts and removals from several threads: every lookup finds the value its

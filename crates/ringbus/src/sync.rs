@@ -125,18 +125,3 @@ pub(crate) fn thread_token() -> usize {
     }
     TOKEN.with(|t| t as *const u8 as usize)
 }
-
-/// Runs `f` with the calling thread's count of open readings of removable topic maps (see
-/// `map`). Under loom, per model thread.
-#[inline]
-pub(crate) fn with_readings<R>(f: impl FnOnce(&std::cell::Cell<usize>) -> R) -> R {
-    #[cfg(not(ringbus_loom))]
-    std::thread_local! {
-        static READINGS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-    #[cfg(ringbus_loom)]
-    loom::thread_local! {
-        static READINGS: std::cell::Cell<usize> = std::cell::Cell::new(0);
-    }
-    READINGS.with(f)
-}

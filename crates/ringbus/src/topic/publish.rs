@@ -13,12 +13,10 @@ use ringbus_core::Full;
 use tokio::time::Instant;
 
 use super::{Guard, Slot, TopicInner};
-use crate::bus::Entry;
 use crate::context::Context;
 use crate::coop;
 use crate::delivery::Delivery;
 use crate::error::{PublishError, Unpublished, Unresolved};
-use crate::map::Found;
 use crate::observe;
 use crate::shared::Tracker;
 
@@ -728,40 +726,44 @@ pub(crate) trait PublishTo<'a, T> {
 impl<'a, T> PublishTo<'a, T> for &'a TopicInner<T> {
     #[inline]
     fn topic(self) -> Result<Resolved<'a, T>, Unresolved> {
-        Ok(Resolved {
-            topic: self,
-            found: None,
-        })
+        Ok(Resolved::held(self))
     }
 }
 
 /// A topic as a publish found it. `topic` is valid for `'a` when the caller holds it (a
 /// `Topic` handle) or the bus never removes topics; on a bus whose topics can be removed, it
-/// is valid while this lives, and after [`own`](Self::own) while the `Arc` it returns does.
+/// is valid while `owned` lives: while this does, and after [`own`](Self::own) while the
+/// `Arc` it returns does.
 pub(crate) struct Resolved<'a, T> {
     pub(crate) topic: &'a TopicInner<T>,
-    /// The registry's reading that keeps `topic` from being removed, on a removable bus.
-    found: Option<Found<'a, Entry>>,
+    owned: Option<Arc<TopicInner<T>>>,
 }
 
-impl<'a, T: Send + Sync + 'static> Resolved<'a, T> {
-    /// `topic`, found as `found` (see `Bus::resolve`).
+impl<'a, T> Resolved<'a, T> {
+    /// A topic valid for `'a`.
     #[inline]
-    pub(crate) fn new(topic: &'a TopicInner<T>, found: Found<'a, Entry>) -> Self {
+    pub(crate) fn held(topic: &'a TopicInner<T>) -> Self {
+        Self { topic, owned: None }
+    }
+
+    /// A topic of a removable bus, kept by `owned`.
+    #[inline]
+    pub(crate) fn owned(owned: Arc<TopicInner<T>>) -> Self {
+        // SAFETY: `topic` points into `owned`'s allocation, which lives while `owned` does;
+        // `owned` goes with `topic` (the struct's docs) until `own` hands it to a caller that
+        // keeps it as long as it uses `topic`.
+        let topic = unsafe { &*Arc::as_ptr(&owned) };
         Self {
             topic,
-            found: found.is_reading().then_some(found),
+            owned: Some(owned),
         }
     }
 
-    /// Ends the lookup, returning what keeps `topic` valid from now on, for a caller that
-    /// keeps it across an `.await`: `None` when it is valid for `'a` anyway, else a clone of
-    /// the topic's `Arc`, taken while the reading still holds it.
+    /// What keeps `topic` valid from now on, for a caller that keeps it across an `.await`:
+    /// `None` when it is valid for `'a` anyway.
     #[inline]
     pub(crate) fn own(self) -> Option<Arc<TopicInner<T>>> {
-        let found = self.found?;
-        let owned = found.get().typed.clone().downcast::<TopicInner<T>>();
-        Some(owned.unwrap_or_else(|_| unreachable!("`Bus::resolve` checked the type")))
+        self.owned
     }
 }
 
