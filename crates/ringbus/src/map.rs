@@ -465,9 +465,13 @@ impl<V> TopicMap<V> {
         }
         // Every table but `current` was replaced before a grace period that has ended.
         let current = grow.tables.len() - 1;
-        for table in grow.tables.drain(..current) {
-            // SAFETY: made by `Box::into_raw`, unreachable (above), freed once, here.
-            drop(unsafe { Box::from_raw(table) });
+        if current > 0 {
+            for table in grow.tables.drain(..current) {
+                // SAFETY: made by `Box::into_raw`, unreachable (above), freed once, here.
+                drop(unsafe { Box::from_raw(table) });
+            }
+            // A map whose topics all went returns to the memory it started with.
+            grow.tables.shrink_to_fit();
         }
         drop(grow);
         // SAFETY: made by `Box::into_raw`, unreachable after the grace period, freed once,
