@@ -36,6 +36,9 @@
 //! - `remove` then asks `idle` again: what a reader took before the unlink is visible now
 //!   (the Acquire load of the counter pairs with the reading's Release), so a value `idle`
 //!   still accepts has no holder and can have none. Otherwise the node goes back in its slot.
+//! - A lookup can miss a node for the moment a refused removal holds it out. A listing
+//!   (`for_each`: the bus's list of topics, which a pattern subscription, `close` and `stats`
+//!   go by) cannot: it lists each shard holding `grow`.
 //!
 //! A map that is not removable reads nothing and keeps its old tables until it drops (their
 //! sizes sum to less than the current table's).
@@ -481,11 +484,15 @@ impl<V> TopicMap<V> {
     }
 
     /// Calls `f` with every value, in no particular order.
+    ///
+    /// Each shard is listed holding its `grow` lock, so `f` must not insert or remove. A
+    /// removal holds that lock until its entry is unlinked for good or put back, so a listing never
+    /// misses an entry that stays (a lookup, which only reads, can miss one for that moment).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&V)) {
         for shard in self.shards.iter() {
-            let _reading = self.read(shard);
-            // SAFETY: tables and nodes live while `_reading` does (or for the map's life).
-            let table = unsafe { &*shard.current.load(Ordering::Acquire) };
+            let _grow = shard.grow.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: we hold `grow`, so this is `current`, and nothing is freed meanwhile.
+            let table = unsafe { &*shard.current.load(Ordering::Relaxed) };
             for p in table.nodes() {
                 // SAFETY: as above.
                 f(unsafe { &(*p).value });
@@ -664,6 +671,44 @@ mod tests {
             }
             assert_eq!(Arc::strong_count(&counter), 1);
         }
+    }
+
+    /// A listing made while a removal is refused (its entry held out of the table between
+    /// its two looks) still lists the entry, which stays. The listing runs on another thread
+    /// during the removal's second look; that look waits for it a while, so a listing that
+    /// did not wait for the removal would run to its end there and miss the entry.
+    #[test]
+    fn a_listing_during_a_refused_removal_lists_the_entry() {
+        use std::cell::Cell;
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        let map = TopicMap::new(1, true);
+        map.get_or_insert_with("kept", || 7u64);
+        let (done, listed) = mpsc::channel();
+        let during = Cell::new(None);
+        std::thread::scope(|s| {
+            let looks = Cell::new(0);
+            let kept = map.remove("kept", |_| {
+                looks.set(looks.get() + 1);
+                if looks.get() < 2 {
+                    return true;
+                }
+                let (map, done) = (&map, done.clone());
+                s.spawn(move || {
+                    let mut entries = 0;
+                    map.for_each(|_| entries += 1);
+                    done.send(entries).unwrap();
+                });
+                // Long enough for a listing that does not wait to finish meanwhile.
+                during.set(listed.recv_timeout(Duration::from_millis(200)).ok());
+                false // a holder came in the race: the entry stays
+            });
+            assert!(matches!(kept, Err(Kept::InUse)));
+        });
+        let entries = during.get().or_else(|| listed.try_recv().ok());
+        assert_eq!(entries, Some(1), "the listing missed an entry that stayed");
+        assert_eq!(value(&map, "kept"), Some(7));
     }
 
     /// Removed names are gone, the others stay, names come back, and a table emptied by
