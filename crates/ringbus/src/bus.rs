@@ -289,14 +289,17 @@ impl BusBuilder {
         self
     }
 
-    /// Removes topics that have been idle for `after`: nothing held them (see
-    /// [`Bus::remove`]) and nothing was published to them. Implies
-    /// [`removable_topics`](Self::removable_topics). Off by default.
+    /// Removes topics that have been idle for `after`, as the bus's sweeps saw them: a topic
+    /// that one sweep found with no holder (see [`Bus::remove`]) and a sweep at least `after`
+    /// later found still without one and with nothing published since. Implies
+    /// [`removable_topics`](Self::removable_topics). Off by default. (A holder that came and
+    /// went between two sweeps without publishing is not seen; a topic is never removed while
+    /// held.)
     ///
     /// The bus has no thread of its own and the publish path pays nothing for this: each time
-    /// a topic is made, the bus looks at a few topics in turn (at most 16), so an idle topic
-    /// is removed once its time is up and topics keep being made, as they do on a bus whose
-    /// topics come and go. [`Bus::remove_unused`] removes every topic nothing holds, at once.
+    /// a topic is made, the bus looks at the next 32 slots of its registry (about 16 topics, 32
+    /// at most), so an idle topic is removed once its time is up and topics keep being made,
+    /// as they do on a bus whose topics come and go. [`Bus::remove_unused`] removes every topic nothing holds, at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -525,6 +528,7 @@ impl Bus {
         let capacity = capacity.unwrap_or(self.inner.state.capacity);
         let _held = observe::Held::enter();
         let patterns = self.inner.patterns.read();
+        // The lookup's reading ends at once (`map(drop)`): nothing below runs under it.
         let made = self.inner.topics.get_or_try_insert_with(name, || {
             let topic = TopicInner::<T>::new(name.into(), capacity, self.inner.state.clone())?;
             let topic = Arc::new(topic);
@@ -538,13 +542,14 @@ impl Bus {
                 erased: topic,
                 idle: IdleMark::new(),
             })
-        });
+        })
+        .map(drop);
         drop(patterns);
         // A `quiescent` pass that saw the list of topics change is not idle, and waits for
         // progress: say there was some, or on an otherwise quiet bus `close` and `wait_idle`
         // would wait for good. (Nobody handles anything on a topic just made.)
         self.inner.state.progressed();
-        made.map(drop)
+        made
     }
 
     fn topics(&self) -> Vec<Arc<dyn AnyTopic>> {

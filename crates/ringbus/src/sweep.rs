@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use crate::map::Cursor;
 
-/// Registry slots a sweep looks at: a table is at most half used, so up to 16 topics.
+/// Registry slots a sweep looks at: a table is at most half used, so about 16 topics (up to
+/// 32 where entries cluster).
 pub(crate) const SLOTS: usize = 32;
 
 /// `IdleMark::since` of a topic not seen idle.
