@@ -299,7 +299,8 @@ impl BusBuilder {
     /// The bus has no thread of its own and the publish path pays nothing for this: each time
     /// a topic is made, the bus looks at the next 32 slots of its registry (about 16 topics, 32
     /// at most), so an idle topic is removed once its time is up and topics keep being made,
-    /// as they do on a bus whose topics come and go. [`Bus::remove_unused`] removes every topic nothing holds, at once.
+    /// as they do on a bus whose topics come and go. [`Bus::remove_unused`] removes every
+    /// topic nothing holds, at once.
     ///
     /// ```
     /// use std::time::Duration;

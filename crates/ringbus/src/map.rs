@@ -486,8 +486,9 @@ impl<V> TopicMap<V> {
     /// Calls `f` with every value, in no particular order.
     ///
     /// Each shard is listed holding its `grow` lock, so `f` must not insert or remove. A
-    /// removal holds that lock until its entry is unlinked for good or put back, so a listing never
-    /// misses an entry that stays (a lookup, which only reads, can miss one for that moment).
+    /// removal holds that lock until its entry is unlinked for good or put back, so a listing
+    /// never misses an entry that stays (a lookup, which only reads, can miss one for that
+    /// moment).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&V)) {
         for shard in self.shards.iter() {
             let _grow = shard.grow.lock().unwrap_or_else(|e| e.into_inner());
