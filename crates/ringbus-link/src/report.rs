@@ -70,7 +70,8 @@ pub struct CloseReport<S> {
     /// True if every step finished inside the deadline.
     pub complete: bool,
     /// The step the deadline cut, if any (also "settling imports" if an import's task had
-    /// ended by a panic: what it held was not settled).
+    /// ended by a panic: what it held was not settled; and "closing the connection" if the
+    /// connection ended in an error instead of the server's answer to its close).
     pub cut_at: Option<&'static str>,
     /// Imports handed to the bus and not settled (acked, given back or dead-lettered) when
     /// the deadline passed; the server delivers them again (each engine's docs say when).

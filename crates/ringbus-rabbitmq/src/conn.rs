@@ -20,7 +20,28 @@ pub(crate) struct Conn {
     counters: Arc<Counters>,
     /// The connection in use, if one was made and not yet found lost. Under an async mutex:
     /// one connect at a time.
-    current: tokio::sync::Mutex<Option<Connection>>,
+    current: tokio::sync::Mutex<Option<Live>>,
+}
+
+/// A live connection and the channels opened on it that are still open.
+///
+/// The channels are kept so that none is closed by its last handle being dropped: lapin
+/// closes such a channel from a task of its own, and when that task runs after the
+/// connection began to close, the channel's close fails and takes the connection down in
+/// an error instead of the server's `close-ok` (the connection's close then fails, or, now
+/// and then, is never answered). A kept channel closes with its connection, or is closed by
+/// its user.
+struct Live {
+    connection: Connection,
+    channels: Vec<Channel>,
+}
+
+impl Live {
+    /// `channel`, kept until the connection closes; those no longer open are let go.
+    fn keep(&mut self, channel: &Channel) {
+        self.channels.retain(|kept| kept.status().connected());
+        self.channels.push(channel.clone());
+    }
 }
 
 impl Conn {
@@ -43,11 +64,14 @@ impl Conn {
     /// there was is lost).
     pub(crate) async fn channel(&self) -> Result<Channel, String> {
         let mut current = self.current.lock().await;
-        if let Some(connection) = current.as_ref() {
-            if connection.status().connected() {
-                match connection.create_channel().await {
-                    Ok(channel) => return Ok(channel),
-                    Err(e) if connection.status().connected() => return Err(e.to_string()),
+        if let Some(live) = current.as_mut() {
+            if live.connection.status().connected() {
+                match live.connection.create_channel().await {
+                    Ok(channel) => {
+                        live.keep(&channel);
+                        return Ok(channel);
+                    }
+                    Err(e) if live.connection.status().connected() => return Err(e.to_string()),
                     Err(_) => {}
                 }
             }
@@ -69,7 +93,10 @@ impl Conn {
             .create_channel()
             .await
             .map_err(|e| e.to_string())?;
-        *current = Some(connection);
+        *current = Some(Live {
+            connection,
+            channels: vec![channel.clone()],
+        });
         Ok(channel)
     }
 
@@ -77,7 +104,7 @@ impl Conn {
     pub(crate) async fn check(&self) -> bool {
         let mut current = self.current.lock().await;
         match current.as_ref() {
-            Some(connection) if connection.status().connected() => true,
+            Some(live) if live.connection.status().connected() => true,
             Some(_) => {
                 self.lost(&mut current);
                 false
@@ -87,7 +114,7 @@ impl Conn {
     }
 
     /// Forgets a connection found lost, counting it once.
-    fn lost(&self, current: &mut Option<Connection>) {
+    fn lost(&self, current: &mut Option<Live>) {
         if current.take().is_some() {
             add(&self.counters.disconnects);
             self.counters.state.set(ConnectionState::Disconnected);
@@ -96,14 +123,28 @@ impl Conn {
     }
 
     /// Closes the connection (its channels with it: RabbitMQ delivers again what they held
-    /// unacknowledged).
-    pub(crate) async fn close(&self) {
-        if let Some(connection) = self.current.lock().await.take() {
-            if let Err(e) = connection.close(200, "ringbus link closed".into()).await {
-                tracing::debug!(error = %e, "ringbus-rabbitmq: closing the connection failed");
+    /// unacknowledged). False if the close failed: the connection ended without the
+    /// server's `close-ok`, and what was still queued for it may not have been sent.
+    pub(crate) async fn close(&self) -> bool {
+        let live = self.current.lock().await.take();
+        let closed = match &live {
+            Some(live) if live.connection.status().connected() => {
+                let closed = live
+                    .connection
+                    .close(200, "ringbus link closed".into())
+                    .await;
+                if let Err(e) = &closed {
+                    tracing::warn!(link = %self.name, error = %e, "ringbus-rabbitmq: closing the connection failed");
+                }
+                closed.is_ok()
             }
-        }
+            // Never made, or lost: nothing is left to close.
+            _ => true,
+        };
+        // Let go of the channels only now: they closed with the connection.
+        drop(live);
         self.counters.state.set(ConnectionState::Disconnected);
+        closed
     }
 }
 

@@ -549,7 +549,11 @@ impl Inbound for Import {
         match stored.await {
             Ok(true) => self.ack(std::slice::from_ref(taken)).await,
             failed => {
-                *publisher = None;
+                // A channel that failed is made again; one that carried a refusal (a nack)
+                // still works, and stays open with the connection (see `Conn`).
+                if failed.is_err() {
+                    *publisher = None;
+                }
                 tracing::error!(topic = %self.topic, result = ?failed, "ringbus-rabbitmq: dead-lettering failed; the message will be delivered again");
                 self.give_back(taken, Redeliver::Later).await;
                 false

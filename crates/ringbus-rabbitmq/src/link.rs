@@ -506,9 +506,11 @@ impl Link {
     ///    and settles it (acknowledged, given back, or dead-lettered);
     /// 2. flush the exports: every message published locally before this call is published
     ///    to RabbitMQ and confirmed;
-    /// 3. close the connection (RabbitMQ delivers again whatever it still held).
+    /// 3. close the connection (RabbitMQ delivers again whatever it still held); the
+    ///    channels close with it.
     ///
-    /// The local bus stays open: close it afterwards. What the deadline cut is in the report.
+    /// The local bus stays open: close it afterwards. What the deadline cut, or a close the
+    /// server did not answer because the connection failed, is in the report.
     ///
     /// # Cancel safety
     ///
@@ -518,7 +520,7 @@ impl Link {
         let link = &self.inner;
         let close_connection = |deadline, cut_at: Option<&'static str>| async move {
             let closed = tokio::time::timeout_at(deadline, link.conn.close()).await;
-            cut_at.or(closed.err().map(|_| "closing the connection"))
+            cut_at.or((closed != Ok(true)).then_some("closing the connection"))
         };
         let (counters, name) = (&link.counters, ("ringbus-rabbitmq", link.id.as_str()));
         let stats = || counters.snapshot();

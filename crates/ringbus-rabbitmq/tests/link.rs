@@ -116,6 +116,29 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
     drop(server);
 }
 
+/// Closing a link right after its exports and imports let go of their channels finishes
+/// cleanly, every time: the connection's close is answered by the server, not cut by an
+/// error of a channel closing beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_right_after_the_channels_are_let_go_is_clean() {
+    let Some(server) = server().await else {
+        return;
+    };
+    // A close failed this way about one time in six before the connection kept its
+    // channels: forty closes miss it about once in a thousand runs.
+    for round in 0..20 {
+        let topic = format!("c{round}");
+        let mut pair = Pair::new(&server, &topic).await;
+        pair.publisher
+            .publish(&topic, Msg::new(round))
+            .await
+            .unwrap();
+        assert_eq!(pair.next().await, Some(round));
+        let (p, s) = (pair.p.close(WAIT).await, pair.s.close(WAIT).await);
+        assert!(p.complete && s.complete, "round {round}: {p:?} {s:?}");
+    }
+}
+
 /// A message published while RabbitMQ is down is published again, not given up, while the
 /// server is unreachable (within `publish_retry_for`), and is stored and delivered once the
 /// server is back.
