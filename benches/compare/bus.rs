@@ -86,6 +86,41 @@ impl<const BUDGET: bool> Channel for KanalChannel<BUDGET> {
     }
 }
 
+/// `kanal-fanout-budget` whose send returns only once the subscriber has handled the
+/// message, as ringbus's unbuffered publish does: the subscriber answers each message on a
+/// second rendezvous channel. It runs in `publish_unbuffered` only, where it is the
+/// like-for-like peer (a rendezvous send returns once the message is taken, before it is
+/// handled).
+struct KanalAcked;
+
+impl Channel for KanalAcked {
+    /// The messages out, and the answers back.
+    type Tx = (kanal::AsyncSender<u64>, kanal::AsyncReceiver<()>);
+    type Rx = (kanal::AsyncReceiver<u64>, kanal::AsyncSender<()>);
+    const MIN_CAPACITY: usize = 0;
+
+    fn channel(capacity: usize) -> (Self::Tx, Self::Rx) {
+        let (tx, rx) = kanal::bounded_async(capacity);
+        let (handled_tx, handled_rx) = kanal::bounded_async(0);
+        ((tx, handled_rx), (rx, handled_tx))
+    }
+
+    async fn send((tx, handled): &Self::Tx, msg: u64) -> bool {
+        let sent = tx.send(msg).await.is_ok() && handled.recv().await.is_ok();
+        tokio::task::coop::consume_budget().await;
+        sent
+    }
+
+    /// One message at a time: each is answered before the next is taken.
+    async fn consume((rx, handled): Self::Rx, counter: Counter) {
+        while let Ok(m) = rx.recv().await {
+            counter.add(m);
+            let _ = handled.send(()).await;
+            tokio::task::coop::consume_budget().await;
+        }
+    }
+}
+
 /// `flume` (capacity 0 is a rendezvous channel).
 struct Flume;
 
@@ -278,6 +313,21 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
         min_ops,
         cases: publish_cases(rt, shape),
     };
+    // ringbus's capacity 0 is unbuffered (a publish returns once the handler ran); kanal and
+    // flume go to 0 too (rendezvous: a send returns once a receiver took the message), and
+    // kanal-acked waits for the handler as ringbus does; tokio's channels and
+    // async-broadcast stop at 1 (queued).
+    let mut unbuffered = publish(
+        "publish_unbuffered",
+        "bus-publish",
+        one(1).capacity(0),
+        1_000,
+    );
+    unbuffered.cases.push(publish_case::<FanoutBus<KanalAcked>>(
+        rt,
+        "kanal-acked",
+        one(1).capacity(0),
+    ));
     let parallel = one(1).publishers(PUBLISHERS);
     let parallel_topics = topics.publishers(PUBLISHERS);
     let subscribe = |name: &str, cases| Scenario {
@@ -304,15 +354,7 @@ pub(crate) fn scenarios(rt: &Runtime) -> Vec<Scenario<'_>> {
             topics.resolved(),
             MIN_OPS,
         ),
-        // ringbus's capacity 0 is unbuffered (a publish returns once the handler ran); kanal
-        // and flume go to 0 too (rendezvous: a send returns once a receiver took the
-        // message); tokio's channels and async-broadcast stop at 1 (queued).
-        publish(
-            "publish_unbuffered",
-            "bus-publish",
-            one(1).capacity(0),
-            1_000,
-        ),
+        unbuffered,
         publish("publish_parallel", "bus-parallel", parallel, MIN_OPS),
         publish(
             "publish_parallel/resolved",

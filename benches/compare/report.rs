@@ -93,6 +93,7 @@ pub(crate) const SYSTEMS: &[(&str, RGBColor)] = &[
     ("tokio-mpsc-fanout", RGBColor(148, 103, 189)),
     ("kanal-fanout", RGBColor(255, 127, 14)),
     ("kanal-fanout-budget", RGBColor(188, 189, 34)),
+    ("kanal-acked", RGBColor(23, 190, 207)),
     ("flume-fanout", RGBColor(140, 86, 75)),
 ];
 
@@ -1012,7 +1013,10 @@ fn method(rounds: &str, target_ms: &str) -> String {
          ringbus must (guarantee 11): `consume_budget` once per send and once per up to 8 \
          messages received. kanal's futures know nothing of tokio's budget, so raw kanal's \
          publisher yields only at a full queue and its subscriber only at an empty one; this \
-         is the like-for-like peer the contention goals are held against.\n\
+         is the like-for-like peer the contention goals are held against;\n  \
+           - `kanal-acked` (`publish_unbuffered` only): `kanal-fanout-budget` whose send \
+         also waits for the subscriber's answer, sent on a second rendezvous channel once \
+         it has handled the message: the guarantee of ringbus's unbuffered publish.\n\
          - **tokio-broadcast's losses.** Earlier runs of this page showed `tokio-broadcast` \
          losing 100.0 % of `publish/1` (79.2 M of 79.2 M) at 45 ns a publish: its subscriber \
          never ran while the publisher did. `broadcast::Sender::send` is synchronous and, \
@@ -1032,11 +1036,11 @@ fn method(rounds: &str, target_ms: &str) -> String {
          workers, most of it). The kanal, flume and async-broadcast publishers spend no tokio \
          budget either, but they wait when a queue is full, which lets their subscriber run \
          once per queue's worth.\n\
-         - **`publish_unbuffered`** is not like for like: ringbus's capacity 0 returns once \
-         the handler *has run*; `kanal` and `flume` at capacity 0 are rendezvous channels \
-         (a send returns once a receiver *took* the message); `tokio-broadcast`, \
-         `async-broadcast` and `tokio-mpsc` cannot go below 1 (a send returns once the \
-         message is *queued*).\n\
+         - **`publish_unbuffered`** is like for like against `kanal-acked` only: ringbus's \
+         capacity 0 returns once the handler *has run*, as kanal-acked's send does; `kanal` \
+         and `flume` at capacity 0 are rendezvous channels (a send returns once a receiver \
+         *took* the message); `tokio-broadcast`, `async-broadcast` and `tokio-mpsc` cannot \
+         go below 1 (a send returns once the message is *queued*).\n\
          - **Ring scenarios** drive `ringbus-core` directly: the writer is the benchmark's \
          thread, each round builds a fresh ring and readers (threads for 1 and 8 readers \
          and for stages; tasks on a one-worker tokio runtime for 32 and 128, where the \
@@ -1167,7 +1171,9 @@ fn goals(all: &[Row]) -> String {
          *ringbus-batch* batch handlers (`subscribe_batch`), as the fan-outs' subscribers take \
          what is queued with their channel's batch receive. *kanal-fanout-budget* is kanal's \
          fan-out spending tokio's cooperative budget as ringbus must (guarantee 11: one unit \
-         per send, one per up to 8 messages received); *kanal-fanout* spends none. A ratio is \
+         per send, one per up to 8 messages received); *kanal-fanout* spends none; the last \
+         line holds the unbuffered row to *kanal-acked*, whose send waits for the handler as \
+         ringbus's does. A ratio is \
          computed per round (its systems ran back to back) and shown as median [min – max]; \
          ✔ every round: the goal held in every round; ✔ median: in the median round only.\n\n",
     );
@@ -1177,11 +1183,17 @@ fn goals(all: &[Row]) -> String {
         wirings.join(" | "),
         "---|".repeat(wirings.len())
     );
-    for (peer, goal) in [("kanal-fanout-budget", 1.0), ("kanal-fanout", 1.5)] {
+    let goals: [(&str, f64, &[&str]); 3] = [
+        ("kanal-fanout-budget", 1.0, KANAL_ROWS),
+        ("kanal-fanout", 1.5, KANAL_ROWS),
+        // Beside the goals: the unbuffered row against the peer that gives its guarantee.
+        ("kanal-acked", 1.0, &["publish_unbuffered"]),
+    ];
+    for (peer, goal, rows) in goals {
         if !all.iter().any(|r| r.system == peer) {
             continue;
         }
-        for sc in KANAL_ROWS {
+        for sc in rows {
             let cells: Vec<String> = wirings
                 .iter()
                 .map(|w| goal_cell(round_ratios(all, (sc, w), (sc, peer)), goal))
