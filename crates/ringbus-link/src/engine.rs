@@ -457,7 +457,7 @@ impl<E: Export> Runtime<E> {
                 cut_at,
                 unsettled_imports = report.unsettled_imports,
                 unacked_exports = report.unacked_exports,
-                "{engine} link close cut by its deadline"
+                "{engine} link close did not finish"
             ),
         }
         report

@@ -67,7 +67,7 @@ impl Default for State {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CloseReport<S> {
-    /// True if every step finished inside the deadline.
+    /// True if every step finished, inside the deadline.
     pub complete: bool,
     /// The step the deadline cut, if any (also "settling imports" if an import's task had
     /// ended by a panic: what it held was not settled; and "closing the connection" if the

@@ -266,7 +266,7 @@ impl Link {
     /// to the topic exchange, JSON-encoded, each under its topic's routing key: as
     /// [`export`](Self::export) sends one topic, in its order, from the moment this returns
     /// (or the moment the topic is made). A pattern is NATS-style (see [`ringbus::Pattern`]).
-    /// The pattern's topics share one confirm channel, a batch at a time.
+    /// Each of the pattern's topics has a confirm channel of its own, a batch at a time.
     ///
     /// # Errors
     ///

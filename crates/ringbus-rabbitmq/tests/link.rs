@@ -124,8 +124,7 @@ async fn a_close_right_after_the_channels_are_let_go_is_clean() {
     let Some(server) = server().await else {
         return;
     };
-    // A close failed this way about one time in six before the connection kept its
-    // channels: forty closes miss it about once in a thousand runs.
+    // Forty closes: the failure this guards against is a race, seen in some closes only.
     for round in 0..20 {
         let topic = format!("c{round}");
         let mut pair = Pair::new(&server, &topic).await;
