@@ -88,9 +88,9 @@ impl<const BUDGET: bool> Channel for KanalChannel<BUDGET> {
 
 /// `kanal-fanout-budget` whose send returns only once the subscriber has handled the
 /// message, as ringbus's unbuffered publish does: the subscriber answers each message on a
-/// second rendezvous channel. It runs in `publish_unbuffered` only, where it is the
-/// like-for-like peer (a rendezvous send returns once the message is taken, before it is
-/// handled).
+/// second channel, of capacity 1 so that answering never waits for the publisher. It runs
+/// in `publish_unbuffered` only, where it is the like-for-like peer (a rendezvous send
+/// returns once the message is taken, before it is handled).
 struct KanalAcked;
 
 impl Channel for KanalAcked {
@@ -101,7 +101,7 @@ impl Channel for KanalAcked {
 
     fn channel(capacity: usize) -> (Self::Tx, Self::Rx) {
         let (tx, rx) = kanal::bounded_async(capacity);
-        let (handled_tx, handled_rx) = kanal::bounded_async(0);
+        let (handled_tx, handled_rx) = kanal::bounded_async(1);
         ((tx, handled_rx), (rx, handled_tx))
     }
 

@@ -1015,8 +1015,9 @@ fn method(rounds: &str, target_ms: &str) -> String {
          publisher yields only at a full queue and its subscriber only at an empty one; this \
          is the like-for-like peer the contention goals are held against;\n  \
            - `kanal-acked` (`publish_unbuffered` only): `kanal-fanout-budget` whose send \
-         also waits for the subscriber's answer, sent on a second rendezvous channel once \
-         it has handled the message: the guarantee of ringbus's unbuffered publish.\n\
+         also waits for the subscriber's answer, sent on a second channel (capacity 1) once \
+         it has handled the message: the guarantee of ringbus's unbuffered publish. Its \
+         subscriber takes one message at a time (each is answered before the next).\n\
          - **tokio-broadcast's losses.** Earlier runs of this page showed `tokio-broadcast` \
          losing 100.0 % of `publish/1` (79.2 M of 79.2 M) at 45 ns a publish: its subscriber \
          never ran while the publisher did. `broadcast::Sender::send` is synchronous and, \
@@ -1153,7 +1154,8 @@ fn goal_cell(q: Option<Vec<f64>>, goal: f64) -> String {
 
 /// The goals the bus is held to, for each ringbus wiring, as per-round ratios (the systems
 /// of a round ran back to back): against kanal's fan-out with tokio's budget (the fair
-/// peer) and without it in the one-subscriber and many-publisher rows, against the best
+/// peer) and without it in the one-subscriber and many-publisher rows, the unbuffered row
+/// against kanal-acked (the peer with its guarantee), against the best
 /// lossless peer in the wide fan-outs, against the mpsc fan-out's subscribe.
 fn goals(all: &[Row]) -> String {
     let find = |sc: &str, sys: &str| all.iter().find(|r| r.scenario == sc && r.system == sys);
@@ -1171,9 +1173,9 @@ fn goals(all: &[Row]) -> String {
          *ringbus-batch* batch handlers (`subscribe_batch`), as the fan-outs' subscribers take \
          what is queued with their channel's batch receive. *kanal-fanout-budget* is kanal's \
          fan-out spending tokio's cooperative budget as ringbus must (guarantee 11: one unit \
-         per send, one per up to 8 messages received); *kanal-fanout* spends none; the last \
-         line holds the unbuffered row to *kanal-acked*, whose send waits for the handler as \
-         ringbus's does. A ratio is \
+         per send, one per up to 8 messages received); *kanal-fanout* spends none. The line \
+         `publish_unbuffered` ≤ 1.0x kanal-acked holds that row also to the one peer whose \
+         send, as ringbus's publish, waits for the handler. A ratio is \
          computed per round (its systems ran back to back) and shown as median [min – max]; \
          ✔ every round: the goal held in every round; ✔ median: in the median round only.\n\n",
     );
@@ -1186,7 +1188,7 @@ fn goals(all: &[Row]) -> String {
     let goals: [(&str, f64, &[&str]); 3] = [
         ("kanal-fanout-budget", 1.0, KANAL_ROWS),
         ("kanal-fanout", 1.5, KANAL_ROWS),
-        // Beside the goals: the unbuffered row against the peer that gives its guarantee.
+        // The unbuffered row against the one peer that gives its guarantee.
         ("kanal-acked", 1.0, &["publish_unbuffered"]),
     ];
     for (peer, goal, rows) in goals {
@@ -1388,8 +1390,8 @@ fn conclusions(all: &[Row]) -> String {
          - **Not allowed:** reading `subscribe_receiver` as like for like: the peers' rows \
          there spawn nothing (the *tasks per subscription* column), ringbus's spawns its \
          handler's task. `subscribe` is the like-for-like row.\n\
-         - **Not allowed:** reading `publish_unbuffered` as like for like (different \
-         promises, see Method), or the disruptor's figures with more than one consumer as the \
+         - **Not allowed:** reading `publish_unbuffered` as like for like against any peer \
+         but `kanal-acked` (different promises, see Method), or the disruptor's figures with more than one consumer as the \
          crate's best (it wants a core per consumer).\n\
          - **Not allowed:** reading `kanal-fanout`'s lead as cheaper delivery alone. kanal's \
          `send` and `recv` spend no tokio cooperative budget; ringbus's publishes and \
