@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 use crate::stats::{add, ConnectionState, Counters};
 
@@ -23,23 +23,29 @@ pub(crate) struct Conn {
     current: tokio::sync::Mutex<Option<Live>>,
 }
 
-/// A live connection and the channels opened on it that are still open.
+/// A live connection, the channels opened on it that are still open, and the consumers
+/// started on those.
 ///
-/// The channels are kept so that none is closed by its last handle being dropped: lapin
-/// closes such a channel from a task of its own, and when that task runs after the
-/// connection began to close, the channel's close fails and takes the connection down in
+/// They are kept so that none is closed by its last handle being dropped: lapin closes such
+/// a channel (or cancels such a consumer) from a task of its own, and when that task runs
+/// after the connection began to close, the close fails and takes the connection down in
 /// an error instead of the server's `close-ok` (the connection's close then fails, or, now
-/// and then, is never answered). A kept channel closes with its connection, or is closed by
+/// and then, is never answered). What is kept closes with its connection, or is closed by
 /// its user.
 struct Live {
     connection: Connection,
     channels: Vec<Channel>,
+    /// Each with the id of its channel.
+    consumers: Vec<(u16, Consumer)>,
 }
 
 impl Live {
-    /// `channel`, kept until the connection closes; those no longer open are let go.
+    /// `channel`, kept until the connection closes; those no longer open are let go, with
+    /// their consumers.
     fn keep(&mut self, channel: &Channel) {
         self.channels.retain(|kept| kept.status().connected());
+        let open: Vec<u16> = self.channels.iter().map(Channel::id).collect();
+        self.consumers.retain(|(id, _)| open.contains(id));
         self.channels.push(channel.clone());
     }
 }
@@ -96,8 +102,19 @@ impl Conn {
         *current = Some(Live {
             connection,
             channels: vec![channel.clone()],
+            consumers: Vec::new(),
         });
         Ok(channel)
+    }
+
+    /// Keeps `consumer`, started on `channel`, until the connection closes (see [`Live`]),
+    /// if `channel` is one of the connection's.
+    pub(crate) async fn keep_consumer(&self, channel: &Channel, consumer: &Consumer) {
+        if let Some(live) = self.current.lock().await.as_mut() {
+            if live.channels.iter().any(|kept| kept.id() == channel.id()) {
+                live.consumers.push((channel.id(), consumer.clone()));
+            }
+        }
     }
 
     /// Whether the connection in use is still up (false when there is none).

@@ -263,20 +263,23 @@ impl Counts {
 }
 
 impl Import {
-    /// Sets the prefetch and starts consuming on `channel`.
+    /// Sets the prefetch and starts consuming on `channel`; the connection keeps the
+    /// consumer until it closes.
     async fn consume(&self, channel: &Channel) -> Result<Consumer, lapin::Error> {
         let prefetch = u16::try_from(self.link.queues.max_in_flight).unwrap_or(u16::MAX);
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await?;
-        channel
+        let consumer = channel
             .basic_consume(
                 self.queue.as_str().into(),
                 format!("{}.{}", self.link.id, self.topic).into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
-            .await
+            .await?;
+        self.link.conn.keep_consumer(channel, &consumer).await;
+        Ok(consumer)
     }
 
     /// A new consumer on a new channel (after the last one ended), or `None` (counted and

@@ -121,6 +121,10 @@ async fn a_killed_server_is_reconnected_to_and_messages_cross_again() {
 /// error of a channel closing beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_right_after_the_channels_are_let_go_is_clean() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_test_writer()
+        .try_init();
     let Some(server) = server().await else {
         return;
     };
