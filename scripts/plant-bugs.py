@@ -309,7 +309,7 @@ BUGS = [
      plain("link", "a_batch_ack_leaves_a_message_waiting_to_be_given_back")),
     ("rabbitmq: the connection lets go of its channels before it closes",
      RABBIT + "conn.rs",
-     "        self.channels.push(channel.clone());\n",
+     "        self.channels.push((channel.clone(), None));\n",
      "",
      plain("link", "a_close_right_after_the_channels_are_let_go_is_clean")),
     ("rabbitmq export: a batch's publishes are first polled last to first",

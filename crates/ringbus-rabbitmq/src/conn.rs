@@ -34,19 +34,17 @@ pub(crate) struct Conn {
 /// its user.
 struct Live {
     connection: Connection,
-    channels: Vec<Channel>,
-    /// Each with the id of its channel.
-    consumers: Vec<(u16, Consumer)>,
+    /// Each channel with the consumer started on it, if one was (an import's channel carries
+    /// one consumer).
+    channels: Vec<(Channel, Option<Consumer>)>,
 }
 
 impl Live {
     /// `channel`, kept until the connection closes; those no longer open are let go, with
     /// their consumers.
     fn keep(&mut self, channel: &Channel) {
-        self.channels.retain(|kept| kept.status().connected());
-        let open: Vec<u16> = self.channels.iter().map(Channel::id).collect();
-        self.consumers.retain(|(id, _)| open.contains(id));
-        self.channels.push(channel.clone());
+        self.channels.retain(|(kept, _)| kept.status().connected());
+        self.channels.push((channel.clone(), None));
     }
 }
 
@@ -101,8 +99,7 @@ impl Conn {
             .map_err(|e| e.to_string())?;
         *current = Some(Live {
             connection,
-            channels: vec![channel.clone()],
-            consumers: Vec::new(),
+            channels: vec![(channel.clone(), None)],
         });
         Ok(channel)
     }
@@ -111,8 +108,12 @@ impl Conn {
     /// if `channel` is one of the connection's.
     pub(crate) async fn keep_consumer(&self, channel: &Channel, consumer: &Consumer) {
         if let Some(live) = self.current.lock().await.as_mut() {
-            if live.channels.iter().any(|kept| kept.id() == channel.id()) {
-                live.consumers.push((channel.id(), consumer.clone()));
+            let kept = live
+                .channels
+                .iter_mut()
+                .find(|(kept, _)| kept.id() == channel.id());
+            if let Some((_, kept_consumer)) = kept {
+                *kept_consumer = Some(consumer.clone());
             }
         }
     }
