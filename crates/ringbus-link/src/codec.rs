@@ -83,11 +83,17 @@ const BAD_VALUE: &str = "the value contains '\\r' or '\\n'";
 
 /// True for header names the link or NATS own (`Ringbus-*`, `Nats-*`, in any case).
 pub fn is_reserved(name: &str) -> bool {
-    let starts = |prefix: &str| {
+    is_reserved_name(name.as_bytes())
+}
+
+/// [`is_reserved`] for a name not yet known to be UTF-8 (a name that is not could never be
+/// a reserved one).
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    let starts = |prefix: &[u8]| {
         name.get(..prefix.len())
             .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
     };
-    starts("ringbus-") || starts("nats-")
+    starts(b"ringbus-") || starts(b"nats-")
 }
 
 /// Checks a user header: NATS's rules for names and values (the same as `async-nats`'s

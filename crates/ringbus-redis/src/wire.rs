@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use redis::Value;
-use ringbus_link::codec::{check_header, is_reserved};
+use ringbus_link::codec::{check_header, is_reserved_name};
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
 use ringbus_link::wire::{self, check_size};
 pub(crate) use ringbus_link::wire::{encode, BadInput, ExportError, Outgoing};
@@ -142,16 +142,21 @@ pub(crate) fn decode<T, C: Codec<T>>(
     }
     let id = text(fields, ID)?.to_string();
     let mut headers = Headers::new();
-    for (name, value) in fields.iter() {
-        let name = &*name;
-        if is_reserved(name) {
+    // Names are looked at as bytes first: the link's own (most of an entry) are skipped
+    // without a UTF-8 check.
+    for (name, value) in fields.pairs() {
+        if is_reserved_name(name) {
             continue;
         }
-        let value = bytes(value)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .ok_or_else(|| BadInput::NotText(name.escape_debug().to_string()))?;
+        let bad = || BadInput::NotText(String::from_utf8_lossy(name).escape_debug().to_string());
+        let (Ok(name), Some(Ok(value))) = (
+            std::str::from_utf8(name),
+            bytes(value).map(std::str::from_utf8),
+        ) else {
+            return Err(bad());
+        };
         if check_header(name, value).is_err() {
-            return Err(BadInput::NotText(name.escape_debug().to_string()));
+            return Err(bad());
         }
         headers.insert_unchecked(name.to_string(), value.to_string());
     }
