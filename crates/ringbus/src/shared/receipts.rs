@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::BusState;
@@ -11,18 +12,40 @@ use super::BusState;
 pub(crate) struct Tracker {
     pub(crate) state: Arc<BusState>,
     /// Handler failures per watched position.
-    failures: Mutex<HashMap<u64, usize>>,
+    failures: Mutex<Failures>,
+}
+
+/// Handler failures per watched position.
+type Failures = HashMap<u64, usize, BuildHasherDefault<PositionHash>>;
+
+/// The hasher of [`Failures`]: its keys are ring positions, consecutive numbers the bus makes
+/// (not input), which one multiply spreads over the table as well as SipHash would.
+#[derive(Default)]
+struct PositionHash(u64);
+
+impl Hasher for PositionHash {
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("`Failures` hashes u64 keys only (`write_u64`)");
+    }
+
+    fn write_u64(&mut self, position: u64) {
+        self.0 = position.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl Tracker {
     pub(crate) fn new(state: Arc<BusState>) -> Self {
         Self {
             state,
-            failures: Mutex::new(HashMap::new()),
+            failures: Mutex::new(Failures::default()),
         }
     }
 
-    fn failures(&self) -> MutexGuard<'_, HashMap<u64, usize>> {
+    fn failures(&self) -> MutexGuard<'_, Failures> {
         // Only counters live in the map: a panic cannot leave it inconsistent.
         self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
