@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::error::{check_name, LinkError};
 use crate::shared::LinkShared;
 use crate::stats::add;
-use crate::wire::{encode, ExportError, Outgoing};
+use crate::wire::{encode, properties, ExportError, Outgoing};
 
 /// Opens a channel in confirm mode on the link's connection.
 pub(crate) async fn confirm_channel(link: &LinkShared) -> Result<Channel, String> {
@@ -128,14 +128,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 continue;
             }
             let mut body = Vec::new();
-            match encode(
-                &self.codec,
-                msg,
-                topic,
-                &link.id,
-                link.max_message_bytes,
-                &mut body,
-            ) {
+            match encode(&self.codec, msg, link.max_message_bytes, &mut body) {
                 Ok(message) => pending.push((message, body)),
                 Err(e) => self.failed(topic, &mut first_error, None, e),
             }
@@ -196,7 +189,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 topic.into(),
                 BasicPublishOptions::default(),
                 body,
-                message.properties.clone(),
+                properties(message, topic, &link.id),
             )
         });
         let mut confirms = Vec::with_capacity(pending.len());

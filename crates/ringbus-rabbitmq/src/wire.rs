@@ -13,35 +13,20 @@ use lapin::BasicProperties;
 use ringbus_link::codec::{check_header, is_reserved};
 use ringbus_link::names::{ID, ORIGIN, TOPIC};
 use ringbus_link::wire::{self, check_size};
-pub(crate) use ringbus_link::wire::{BadInput, ExportError};
+pub(crate) use ringbus_link::wire::{encode, BadInput, ExportError, Outgoing};
 use ringbus_link::{Codec, Headers};
 
 /// The header in which a quorum queue counts a message's earlier deliveries.
 pub(crate) const DELIVERY_COUNT: &str = "x-delivery-count";
 
-/// An encoded message, ready to publish: its id, and the properties that carry it with the
-/// topic, the origin and the user headers (its body is in the buffer `encode` was given).
-#[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) id: String,
-    pub(crate) properties: BasicProperties,
-}
-
 fn text(value: &str) -> AMQPValue {
     AMQPValue::LongString(value.into())
 }
 
-/// Encodes `msg` for `topic` into `body` (emptied first); the rest of the message is in the
-/// returned [`Outgoing`].
-pub(crate) fn encode<T, C: Codec<T>>(
-    codec: &C,
-    msg: &T,
-    topic: &str,
-    origin: &str,
-    max: usize,
-    body: &mut Vec<u8>,
-) -> Result<Outgoing, ExportError> {
-    let out = wire::encode(codec, msg, max, body)?;
+/// The properties that carry an encoded message's id, its `topic`, the `origin` link and its
+/// user headers; messages are persistent. Made for each publish rather than kept for a retry
+/// and cloned: a clone allocates as much as making them.
+pub(crate) fn properties(out: &Outgoing, topic: &str, origin: &str) -> BasicProperties {
     let mut headers = FieldTable::default();
     headers.insert(TOPIC.into(), text(topic));
     headers.insert(ID.into(), text(&out.id));
@@ -49,17 +34,15 @@ pub(crate) fn encode<T, C: Codec<T>>(
     for (name, value) in out.headers.iter() {
         headers.insert(name.into(), text(value));
     }
-    let mut properties = BasicProperties::default()
+    let properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers);
     // AMQP's message-id is a short string (at most 255 bytes); `Ringbus-Id` carries any id.
     if out.id.len() <= 255 {
-        properties = properties.with_message_id(ShortString::from(out.id.as_str()));
+        properties.with_message_id(ShortString::from(out.id.as_str()))
+    } else {
+        properties
     }
-    Ok(Outgoing {
-        id: out.id,
-        properties,
-    })
 }
 
 /// A header's value as text, if it is text.
@@ -153,33 +136,37 @@ mod tests {
             .with_header("Tenant", "acme")
             .unwrap();
         let mut body = Vec::new();
-        let out = encode(&Json, &msg, "orders", "me", 1 << 20, &mut body).unwrap();
-        assert_eq!(origin(&out.properties), Some("me"));
-        assert_eq!(message_id(&out.properties), Some("order-7"));
-        assert_eq!(earlier_deliveries(&out.properties), 0);
-        let back: Envelope<Vec<u8>> =
-            decode(&Json, "orders", &out.properties, &body, 1 << 20).unwrap();
+        let out = encode(&Json, &msg, 1 << 20, &mut body).unwrap();
+        let sent = properties(&out, "orders", "me");
+        assert_eq!(sent.delivery_mode(), &Some(2), "persistent");
+        assert_eq!(origin(&sent), Some("me"));
+        assert_eq!(message_id(&sent), Some("order-7"));
+        assert_eq!(
+            sent.message_id().as_ref().map(ShortString::as_str),
+            Some("order-7")
+        );
+        assert_eq!(earlier_deliveries(&sent), 0);
+        let back: Envelope<Vec<u8>> = decode(&Json, "orders", &sent, &body, 1 << 20).unwrap();
         assert_eq!(back.id(), "order-7");
         assert_eq!(back.headers(), msg.headers());
         assert_eq!(back.body(), msg.body());
         assert!(back.is_imported());
-        let other: Result<Envelope<Vec<u8>>, _> =
-            decode(&Json, "other", &out.properties, &body, 1 << 20);
+        let other: Result<Envelope<Vec<u8>>, _> = decode(&Json, "other", &sent, &body, 1 << 20);
         assert_eq!(other.err(), Some(BadInput::WrongTopic));
-        let large: Result<Envelope<Vec<u8>>, _> =
-            decode(&Json, "orders", &out.properties, &body, 2);
+        let large: Result<Envelope<Vec<u8>>, _> = decode(&Json, "orders", &sent, &body, 2);
         assert!(matches!(large, Err(BadInput::TooLarge { .. })));
     }
 
     #[test]
     fn rabbitmq_headers_are_not_user_headers_and_count_deliveries() {
         let mut body = Vec::new();
-        let out = encode(&Json, &Envelope::new(5u8), "t", "me", 64, &mut body).unwrap();
-        let mut headers = out.properties.headers().clone().unwrap();
+        let out = encode(&Json, &Envelope::new(5u8), 64, &mut body).unwrap();
+        let sent = properties(&out, "t", "me");
+        let mut headers = sent.headers().clone().unwrap();
         headers.insert(DELIVERY_COUNT.into(), AMQPValue::LongLongInt(2));
-        let properties = out.properties.clone().with_headers(headers);
-        assert_eq!(earlier_deliveries(&properties), 2);
-        let back: Envelope<u8> = decode(&Json, "t", &properties, &body, 64).unwrap();
+        let received = sent.with_headers(headers);
+        assert_eq!(earlier_deliveries(&received), 2);
+        let back: Envelope<u8> = decode(&Json, "t", &received, &body, 64).unwrap();
         assert!(back.headers().is_empty());
     }
 }
