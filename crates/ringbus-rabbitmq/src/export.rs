@@ -2,13 +2,14 @@
 //! link's topic exchange, with the topic as the routing key.
 //!
 //! The handler takes what is queued for it at once (a bus batch), encodes each message,
-//! publishes them all on a channel in confirm mode, then awaits their confirms: the
-//! subscriber's queue is the export's buffer, the bus's backpressure its flow control, and
-//! the link pays one round trip per batch, not per message. A message whose publish or
-//! confirm failed (a lost connection) is published again, on a new channel, for up to
-//! `publish_retry_for`; a copy RabbitMQ stored twice carries the same message id, which the
-//! importers' dedup window drops. A message that cannot be encoded, or that RabbitMQ refuses
-//! (a nack), is counted in `export_errors` and logged; the others of its batch still go.
+//! publishes them on a channel in confirm mode, then awaits their confirms, in parts of at
+//! most `publish_window` messages: the subscriber's queue is the export's buffer, the bus's
+//! backpressure its flow control, and the link pays one round trip per part, not per
+//! message. A message whose publish or confirm failed (a lost connection) is published again,
+//! on a new channel, for up to `publish_retry_for`; a copy RabbitMQ stored twice carries the
+//! same message id, which the importers' dedup window drops. A message that cannot be
+//! encoded, or that RabbitMQ refuses (a nack), is counted in `export_errors` and logged; the
+//! others of its batch still go.
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
@@ -111,8 +112,9 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         }
     }
 
-    /// Publishes `batch` and waits for its confirms. `Err` names the first message that was
-    /// not stored (each one is counted and logged).
+    /// Publishes `batch` and waits for its confirms, a part of at most `publish_window` at a
+    /// time. `Err` names the first message that was not stored (each one is counted and
+    /// logged).
     async fn export(
         &self,
         topic: &str,
@@ -133,19 +135,21 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 Err(e) => self.failed(topic, &mut first_error, None, e),
             }
         }
-        let started = Instant::now();
+        let mut progress = Instant::now();
         let mut backoff = Duration::from_millis(20);
         let mut channel = slot.lock().await;
         while !pending.is_empty() {
-            let lost = match self
+            let before = pending.len();
+            let sent = self
                 .send(topic, &mut channel, &mut pending, &mut first_error)
-                .await
-            {
-                Ok(()) => break,
-                Err(lost) => lost,
-            };
+                .await;
+            if pending.len() < before {
+                progress = Instant::now();
+                backoff = Duration::from_millis(20);
+            }
+            let Err(lost) = sent else { continue };
             *channel = None;
-            if started.elapsed() >= link.queues.publish_retry_for {
+            if progress.elapsed() >= link.queues.publish_retry_for {
                 for (message, _) in pending.drain(..) {
                     let error = ExportError::Send(lost.clone());
                     self.failed(topic, &mut first_error, Some(&message.id), error);
@@ -160,9 +164,9 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Publishes every message of `pending` on the channel (made first if there is none) and
-    /// awaits their confirms, removing each message settled (confirmed or refused). `Err`
-    /// when the channel failed: what is left in `pending` goes again.
+    /// Publishes the first `publish_window` messages of `pending` on the channel (made first
+    /// if there is none) and awaits their confirms, removing each message settled (confirmed
+    /// or refused). `Err` when the channel failed: what is left in `pending` goes again.
     async fn send(
         &self,
         topic: &str,
@@ -183,7 +187,8 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         // at its first poll, and `in_order` makes those first polls in the topic's order, so
         // lapin's I/O thread writes the batch together (awaiting each write before starting
         // the next cost a socket write and two thread wake-ups per message).
-        let publishes = pending.iter().map(|(message, body)| {
+        let part = pending.len().min(link.queues.publish_window);
+        let publishes = pending[..part].iter().map(|(message, body)| {
             ch.basic_publish(
                 link.prefix.as_str().into(),
                 topic.into(),
@@ -192,7 +197,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 properties(message, topic, &link.id),
             )
         });
-        let mut confirms = Vec::with_capacity(pending.len());
+        let mut confirms = Vec::with_capacity(part);
         for published in in_order(publishes).await {
             confirms.push(published.map_err(|e| e.to_string())?);
         }

@@ -11,7 +11,7 @@
 //! | | RabbitMQ |
 //! |---|---|
 //! | delivery | at least once: handlers must be idempotent |
-//! | export | what is queued for the export is published at once and its publisher confirms awaited together (one round trip per batch), in the topic's order; published again after a lost connection for up to `publish_retry_for`; a message routed to no queue is dropped by RabbitMQ |
+//! | export | what is queued for the export is published in parts of at most `publish_window` (256), each part's publisher confirms awaited together (one round trip per part), in the topic's order; published again after a lost connection for up to `publish_retry_for`; a message routed to no queue is dropped by RabbitMQ |
 //! | import | the durable queue `<prefix>.<group>.<topic>` (one group: competing consumers; each group: every message); acknowledged once every local subscriber handled the message; a handler that gives up on it (after its own retries) has it dead-lettered at once; one a subscriber never handled is given back after `nack_delay`; after `max_deliver` deliveries it is dead-lettered (counted by the import: a classic queue does not count them) |
 //! | dead letters | a copy with the reason (`Ringbus-Dead-Reason`) published to the exchange `<prefix>-dead`, kept by the queue `<prefix>-dead.<topic>` |
 //! | dedup | an import drops a second copy of a message id it handed to the bus within its `dedup_window` (in this process) |

@@ -230,11 +230,11 @@ impl Link {
     /// Publishes every message published to local topic `topic` to the exchange, routing key
     /// `topic`, JSON-encoded.
     ///
-    /// The topic is checked now. Each batch of queued messages is published and its
-    /// confirms awaited before the next (an export keeps the topic's order), and sent again
-    /// after a lost connection, for up to [`QueueOptions::publish_retry_for`]; a message
-    /// whose encoding fails (or that is too large) is logged without its body, counted, and
-    /// not sent. A message routed to no queue (no import bound yet) is dropped by RabbitMQ.
+    /// The topic is checked now. Queued messages are published in parts of at most
+    /// [`QueueOptions::publish_window`], each part's confirms awaited before the next (an
+    /// export keeps the topic's order), and sent again after a lost connection, for up to
+    /// [`QueueOptions::publish_retry_for`]; a message whose encoding fails (or that is too
+    /// large) is logged without its body, counted, and not sent. A message routed to no queue (no import bound yet) is dropped by RabbitMQ.
     ///
     /// # Cancel safety
     ///

@@ -33,8 +33,14 @@ pub struct QueueOptions {
     /// after a lost confirm), in this process. 0 turns it off. Default: 4096.
     pub dedup_window: usize,
     /// How long an export keeps re-sending a message RabbitMQ did not confirm (a lost
-    /// connection) before it gives up on it. Default: 60 s.
+    /// connection) before it gives up on it, counted from the last message it settled.
+    /// Default: 60 s.
     pub publish_retry_for: Duration,
+    /// Publishes of one export awaiting their confirms, at most: a larger batch of queued
+    /// messages goes out in parts of this many, each confirmed before the next. RabbitMQ
+    /// spends more per message on bursts much past a few hundred (its credit flow holds the
+    /// connection back). Default: 256; at least 1.
+    pub publish_window: usize,
 }
 
 impl Default for QueueOptions {
@@ -46,17 +52,20 @@ impl Default for QueueOptions {
             max_in_flight: 256,
             dedup_window: 4096,
             publish_retry_for: Duration::from_secs(60),
+            publish_window: 256,
         }
     }
 }
 
 impl QueueOptions {
-    /// The waits past [`LONGEST_WAIT`] taken as that, and the prefetch within AMQP's range.
+    /// The waits past [`LONGEST_WAIT`] taken as that, the prefetch within AMQP's range, and
+    /// a publish window of at least one.
     pub(crate) fn clamped(self) -> Self {
         Self {
             nack_delay: self.nack_delay.min(LONGEST_WAIT),
             publish_retry_for: self.publish_retry_for.min(LONGEST_WAIT),
             max_in_flight: self.max_in_flight.clamp(1, usize::from(u16::MAX)),
+            publish_window: self.publish_window.max(1),
             ..self
         }
     }

@@ -194,6 +194,50 @@ async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() 
 /// unacknowledged with its consumer for `nack_delay`; the messages handled meanwhile are
 /// acknowledged together, and that acknowledgement must not take the waiting one with it: it
 /// comes back and is handled.
+/// A batch larger than the publish window goes out in parts, each confirmed before the next:
+/// every message arrives, in order, each exported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_the_publish_window_goes_out_whole_and_in_order() {
+    const N: u64 = 20;
+    let Some(server) = server().await else {
+        return;
+    };
+    let (publisher, subscriber) = (Bus::new(), Bus::new());
+    let mut queues = QueueOptions::default();
+    queues.publish_window = 3;
+    let p = Link::builder(server.url())
+        .prefix("t")
+        .queues(queues)
+        .connect(&publisher)
+        .await
+        .unwrap();
+    let s = link(&server, &subscriber).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let _sub = subscriber
+        .subscribe("w", move |m: &Msg| {
+            let _ = tx.send(*m.body());
+            async {}
+        })
+        .unwrap();
+    s.import::<Msg>("w").await.unwrap();
+    p.export::<Msg>("w").await.unwrap();
+    // All at once, so that the export's batch holds more than one window.
+    let published = publisher
+        .publish_batch("w", (0..N).map(Msg::new))
+        .await
+        .unwrap();
+    assert_eq!(published, N);
+    for expected in 0..N {
+        let got = tokio::time::timeout(WAIT, seen.recv()).await;
+        assert_eq!(got, Ok(Some(expected)), "{:?}", p.stats());
+    }
+    // Closed first: a confirm is counted after its message may already have arrived.
+    assert!(p.close(WAIT).await.complete);
+    let stats = p.stats();
+    assert_eq!((stats.exported, stats.export_retries), (N, 0));
+    assert!(s.close(WAIT).await.complete);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
     const MORE: u64 = 50;
