@@ -808,7 +808,7 @@ fn bench() -> i32 {
         "raw_ack_batch": ACK_BATCH,
         "raw_publishes": "raw_publish_batch publishes started before any is awaited (lapin's I/O thread writes them together); at most raw_confirm_window unconfirmed, their confirms awaited raw_confirm_batch at a time",
         "raw_acks": "one basic.ack (multiple) every raw_ack_batch deliveries and whenever no delivery is ready, after counting them",
-        "link_exports": "what is queued for the export published on a confirm channel, every publish of the batch started before any is awaited, then its confirms awaited together (the link's batch export handler)",
+        "link_exports": "what is queued for the export published on a confirm channel in parts of at most publish_window (256), every publish of a part started before any is awaited, then its confirms awaited together before the next part (the link's batch export handler)",
         "link_acks": "the link's settler hands the handled messages due (up to 256) to the engine's Inbound::ack together, which sends one basic.ack (multiple) per run of one consumer's deliveries",
         "prefetch": queues.max_in_flight,
         "bus_capacity": 1024,

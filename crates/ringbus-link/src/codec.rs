@@ -86,8 +86,8 @@ pub fn is_reserved(name: &str) -> bool {
     is_reserved_name(name.as_bytes())
 }
 
-/// [`is_reserved`] for a name not yet known to be UTF-8 (a name that is not could never be
-/// a reserved one).
+/// [`is_reserved`] for a name not yet known to be UTF-8: true when its bytes start with a
+/// reserved prefix, whatever follows.
 pub fn is_reserved_name(name: &[u8]) -> bool {
     let starts = |prefix: &[u8]| {
         name.get(..prefix.len())

@@ -234,7 +234,8 @@ impl Link {
     /// [`QueueOptions::publish_window`], each part's confirms awaited before the next (an
     /// export keeps the topic's order), and sent again after a lost connection, for up to
     /// [`QueueOptions::publish_retry_for`]; a message whose encoding fails (or that is too
-    /// large) is logged without its body, counted, and not sent. A message routed to no queue (no import bound yet) is dropped by RabbitMQ.
+    /// large) is logged without its body, counted, and not sent. A message routed to no queue
+    /// (no import bound yet) is dropped by RabbitMQ.
     ///
     /// # Cancel safety
     ///

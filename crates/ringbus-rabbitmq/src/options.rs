@@ -33,13 +33,14 @@ pub struct QueueOptions {
     /// after a lost confirm), in this process. 0 turns it off. Default: 4096.
     pub dedup_window: usize,
     /// How long an export keeps re-sending a message RabbitMQ did not confirm (a lost
-    /// connection) before it gives up on it, counted from the last message it settled.
-    /// Default: 60 s.
+    /// connection) before it gives up on it, counted from the later of its batch's start and
+    /// the last message of the batch it settled. Default: 60 s.
     pub publish_retry_for: Duration,
-    /// Publishes of one export awaiting their confirms, at most: a larger batch of queued
-    /// messages goes out in parts of this many, each confirmed before the next. RabbitMQ
-    /// spends more per message on bursts much past a few hundred (its credit flow holds the
-    /// connection back). Default: 256; at least 1.
+    /// Publishes of one exported topic awaiting their confirms, at most (a pattern export
+    /// counts each topic apart): a larger batch of queued messages goes out in parts of this
+    /// many, each confirmed before the next. Measured, RabbitMQ's server spent more CPU a
+    /// message on the export's whole batches (about 500 messages) than on parts of 256
+    /// (docs/benchmarks/rabbitmq.md). Default: 256; at least 1.
     pub publish_window: usize,
 }
 

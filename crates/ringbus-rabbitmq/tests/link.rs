@@ -190,10 +190,6 @@ async fn an_export_made_while_the_server_is_down_is_delivered_once_it_is_back() 
     drop(server);
 }
 
-/// A message given back for later (refused by a strict bus with no subscriber yet) stays
-/// unacknowledged with its consumer for `nack_delay`; the messages handled meanwhile are
-/// acknowledged together, and that acknowledgement must not take the waiting one with it: it
-/// comes back and is handled.
 /// A batch larger than the publish window goes out in parts, each confirmed before the next:
 /// every message arrives, in order, each exported once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +234,10 @@ async fn a_batch_larger_than_the_publish_window_goes_out_whole_and_in_order() {
     assert!(s.close(WAIT).await.complete);
 }
 
+/// A message given back for later (refused by a strict bus with no subscriber yet) stays
+/// unacknowledged with its consumer for `nack_delay`; the messages handled meanwhile are
+/// acknowledged together, and that acknowledgement must not take the waiting one with it: it
+/// comes back and is handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
     const MORE: u64 = 50;
