@@ -58,9 +58,10 @@ use std::ptr;
 
 use crate::sync::{fence, yield_now, AtomicPtr, AtomicUsize, Mutex, Ordering};
 
-/// FNV-1a: topic names are short and chosen by the program, so a fast hash beats SipHash.
+/// FNV-1a, for keys the program chooses rather than its input (topic names, ring positions):
+/// they are short and need no defence against chosen collisions, so a fast hash beats SipHash.
 #[derive(Clone, Copy)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Self {

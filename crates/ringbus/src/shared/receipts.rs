@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::BusState;
+use crate::map::Fnv;
 
 /// The receipts of one topic.
 pub(crate) struct Tracker {
@@ -15,27 +16,9 @@ pub(crate) struct Tracker {
     failures: Mutex<Failures>,
 }
 
-/// Handler failures per watched position.
-type Failures = HashMap<u64, usize, BuildHasherDefault<PositionHash>>;
-
-/// The hasher of [`Failures`]: its keys are ring positions, consecutive numbers the bus makes
-/// (not input), which one multiply spreads over the table as well as SipHash would.
-#[derive(Default)]
-struct PositionHash(u64);
-
-impl Hasher for PositionHash {
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("`Failures` hashes u64 keys only (`write_u64`)");
-    }
-
-    fn write_u64(&mut self, position: u64) {
-        self.0 = position.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// Handler failures per watched position: ring positions are numbers the bus makes, so the
+/// crate's fast hash serves.
+type Failures = HashMap<u64, usize, BuildHasherDefault<Fnv>>;
 
 impl Tracker {
     pub(crate) fn new(state: Arc<BusState>) -> Self {
