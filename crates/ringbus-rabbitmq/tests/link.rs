@@ -18,8 +18,14 @@ async fn server() -> Option<RabbitServer> {
 
 /// A link of `bus` to `server`, under the prefix `t`.
 async fn link(server: &RabbitServer, bus: &Bus) -> Link {
+    link_with(server, bus, QueueOptions::default()).await
+}
+
+/// [`link`] with `queues`.
+async fn link_with(server: &RabbitServer, bus: &Bus, queues: QueueOptions) -> Link {
     Link::builder(server.url())
         .prefix("t")
+        .queues(queues)
         .connect(bus)
         .await
         .unwrap()
@@ -201,12 +207,7 @@ async fn a_batch_larger_than_the_publish_window_goes_out_whole_and_in_order() {
     let (publisher, subscriber) = (Bus::new(), Bus::new());
     let mut queues = QueueOptions::default();
     queues.publish_window = 3;
-    let p = Link::builder(server.url())
-        .prefix("t")
-        .queues(queues)
-        .connect(&publisher)
-        .await
-        .unwrap();
+    let p = link_with(&server, &publisher, queues).await;
     let s = link(&server, &subscriber).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let _sub = subscriber
@@ -247,12 +248,7 @@ async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
     let (publisher, subscriber) = (Bus::new(), Bus::builder().strict(true).build());
     let mut queues = QueueOptions::default();
     queues.nack_delay = Duration::from_secs(2);
-    let s = Link::builder(server.url())
-        .prefix("t")
-        .queues(queues)
-        .connect(&subscriber)
-        .await
-        .unwrap();
+    let s = link_with(&server, &subscriber, queues).await;
     let p = link(&server, &publisher).await;
     s.import::<Msg>("n").await.unwrap();
     p.export::<Msg>("n").await.unwrap();
