@@ -38,9 +38,8 @@ pub struct QueueOptions {
     pub publish_retry_for: Duration,
     /// Publishes of one exported topic awaiting their confirms, at most (a pattern export
     /// counts each topic apart): a larger batch of queued messages goes out in parts of this
-    /// many, each confirmed before the next. Measured, RabbitMQ's server spent more CPU a
-    /// message on the export's whole batches (about 500 messages) than on parts of 256
-    /// (docs/benchmarks/rabbitmq.md). Default: 256; at least 1.
+    /// many, each confirmed before the next, because RabbitMQ's server spends more a message
+    /// on a burst of many hundreds than on parts of a few hundred. Default: 256; at least 1.
     pub publish_window: usize,
 }
 
