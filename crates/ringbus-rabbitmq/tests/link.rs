@@ -41,18 +41,29 @@ struct Pair {
     _sub: ringbus::Subscription,
 }
 
+/// A subscriber to `topic` on `bus` that sends each message's body to the receiver.
+fn forward(bus: &Bus, topic: &str) -> (ringbus::Subscription, mpsc::UnboundedReceiver<u64>) {
+    let (tx, seen) = mpsc::unbounded_channel();
+    let sub = bus
+        .subscribe(topic, move |m: &Msg| {
+            let _ = tx.send(*m.body());
+            async {}
+        })
+        .unwrap();
+    (sub, seen)
+}
+
 impl Pair {
     async fn new(server: &RabbitServer, topic: &str) -> Self {
+        Self::with(server, topic, QueueOptions::default()).await
+    }
+
+    /// [`Pair::new`], the publisher's link with `queues`.
+    async fn with(server: &RabbitServer, topic: &str, queues: QueueOptions) -> Self {
         let (publisher, subscriber) = (Bus::new(), Bus::new());
-        let (tx, seen) = mpsc::unbounded_channel();
-        let _sub = subscriber
-            .subscribe(topic, move |m: &Msg| {
-                let _ = tx.send(*m.body());
-                async {}
-            })
-            .unwrap();
+        let (_sub, seen) = forward(&subscriber, topic);
         let (p, s) = (
-            link(server, &publisher).await,
+            link_with(server, &publisher, queues).await,
             link(server, &subscriber).await,
         );
         s.import::<Msg>(topic).await.unwrap();
@@ -204,35 +215,24 @@ async fn a_batch_larger_than_the_publish_window_goes_out_whole_and_in_order() {
     let Some(server) = server().await else {
         return;
     };
-    let (publisher, subscriber) = (Bus::new(), Bus::new());
     let mut queues = QueueOptions::default();
     queues.publish_window = 3;
-    let p = link_with(&server, &publisher, queues).await;
-    let s = link(&server, &subscriber).await;
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let _sub = subscriber
-        .subscribe("w", move |m: &Msg| {
-            let _ = tx.send(*m.body());
-            async {}
-        })
-        .unwrap();
-    s.import::<Msg>("w").await.unwrap();
-    p.export::<Msg>("w").await.unwrap();
+    let mut pair = Pair::with(&server, "w", queues).await;
     // All at once, so that the export's batch holds more than one window.
-    let published = publisher
+    let published = pair
+        .publisher
         .publish_batch("w", (0..N).map(Msg::new))
         .await
         .unwrap();
     assert_eq!(published, N);
     for expected in 0..N {
-        let got = tokio::time::timeout(WAIT, seen.recv()).await;
-        assert_eq!(got, Ok(Some(expected)), "{:?}", p.stats());
+        assert_eq!(pair.next().await, Some(expected), "{:?}", pair.p.stats());
     }
     // Closed first: a confirm is counted after its message may already have arrived.
-    assert!(p.close(WAIT).await.complete);
-    let stats = p.stats();
+    assert!(pair.p.close(WAIT).await.complete);
+    let stats = pair.p.stats();
     assert_eq!((stats.exported, stats.export_retries), (N, 0));
-    assert!(s.close(WAIT).await.complete);
+    assert!(pair.s.close(WAIT).await.complete);
 }
 
 /// A message given back for later (refused by a strict bus with no subscriber yet) stays
@@ -257,13 +257,7 @@ async fn a_batch_ack_leaves_a_message_waiting_to_be_given_back() {
         s.stats().nacked == 1
     })
     .await;
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let _sub = subscriber
-        .subscribe("n", move |m: &Msg| {
-            let _ = tx.send(*m.body());
-            async {}
-        })
-        .unwrap();
+    let (_sub, mut seen) = forward(&subscriber, "n");
     // Many at once, so that the import settles them in runs of more than one (acked
     // together): one at a time, each could be acked alone and the check would see nothing.
     let more = publisher
