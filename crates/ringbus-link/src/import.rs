@@ -618,16 +618,21 @@ async fn dead_letter<I: Inbound>(inbound: &I, message: &I::Message, reason: &str
 ///
 /// One pass of the hash per message, and no allocation once full: the ids live in a ring of
 /// `capacity` strings that are overwritten in place, oldest first, and `index` maps each id's
-/// hash to its place in the ring (keyed by the hash itself: it is already random-keyed). Two
-/// ids of one hash keep only the newer's place: the older is then forgotten early, so a
-/// collision can let a duplicate through, never drop a message that is not one.
+/// hash to its number (keyed by the hash itself: it is already random-keyed). Two ids of one
+/// hash keep only the newer's number: the older is then forgotten early, so a collision can
+/// let a duplicate through, never drop a message that is not one.
+///
+/// An id that leaves the ring keeps its entry in `index` until the next sweep (every
+/// `capacity` ids remembered): remembering an id touches the index once, not also at the
+/// place of the id it overwrites.
 struct Window<K> {
     capacity: usize,
     /// The remembered ids; the `n`th remembered is at `n % capacity`.
     ring: Vec<Remembered<K>>,
     /// How many were ever remembered: the next one's number.
     next: u64,
-    /// An id's hash to its number, for the ids still in `ring`.
+    /// An id's hash to its number: those of the last `capacity` numbers are in `ring`, the
+    /// older are forgotten (at most `capacity` of them, until the next sweep).
     index: HashMap<u64, u64, BuildHasherDefault<Prehashed>>,
     hasher: RandomState,
 }
@@ -644,7 +649,6 @@ enum Seen {
 }
 
 struct Remembered<K> {
-    hash: u64,
     id: String,
     carrier: K,
 }
@@ -691,6 +695,8 @@ impl<K: Clone + Eq> Window<K> {
     /// Where `id` (of hash `hash`) is remembered, if it is.
     fn find(&self, hash: u64, id: &str) -> Option<&Remembered<K>> {
         let n = *self.index.get(&hash)?;
+        // An id that left the ring fails the comparison: a later id took its place (had it
+        // been `id` again, `index` would hold that later number).
         let remembered = &self.ring[(n % self.capacity as u64) as usize];
         (remembered.id == id).then_some(remembered)
     }
@@ -714,22 +720,21 @@ impl<K: Clone + Eq> Window<K> {
         let at = (n % self.capacity as u64) as usize;
         if at == self.ring.len() {
             self.ring.push(Remembered {
-                hash,
                 id: id.to_owned(),
                 carrier,
             });
         } else {
             let oldest = &mut self.ring[at];
-            // Its entry, unless a newer id of the same hash took it over.
-            if self.index.get(&oldest.hash) == Some(&(n - self.capacity as u64)) {
-                self.index.remove(&oldest.hash);
-            }
-            oldest.hash = hash;
             oldest.id.clear();
             oldest.id.push_str(id);
             oldest.carrier = carrier;
         }
         self.index.insert(hash, n);
+        if self.next % self.capacity as u64 == 0 {
+            // The sweep: every number below `next - capacity` has left the ring.
+            let first = self.next - self.capacity as u64;
+            self.index.retain(|_, n| *n >= first);
+        }
     }
 }
 
@@ -737,7 +742,7 @@ impl<K> fmt::Debug for Window<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Window")
             .field("capacity", &self.capacity)
-            .field("remembered", &self.index.len())
+            .field("remembered", &self.next.min(self.capacity as u64))
             .finish()
     }
 }
@@ -815,6 +820,7 @@ mod tests {
                     }
                     if seen == Seen::New {
                         w.remember(hash, &id, carrier);
+                        assert!(w.index.len() <= 2 * capacity, "forgotten ids are swept");
                         handed.insert((id.clone(), carrier));
                         if !model.iter().any(|(seen, _)| *seen == id) {
                             model.push_back((id, carrier));
