@@ -32,6 +32,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use ringbus::{Bus, Context, Delivery, PublishError, Topic};
 use tokio::sync::{mpsc, Semaphore};
@@ -309,65 +310,151 @@ where
 }
 
 /// The import task: see the module's documentation.
+///
+/// The messages held (handed to the bus, not yet settled) are counted by `room`'s permits,
+/// taken before the broker is asked for messages and given back by the settler as it settles
+/// them.
 async fn run<I, T, C>(inbound: Arc<I>, mut reader: I::Reader, mut local: Local<T>, codec: C)
 where
     I: Inbound,
     T: Send + Sync + 'static,
     C: Codec<T>,
 {
-    let (to_settle, held) = mpsc::channel(inbound.max_in_flight().clamp(1, Semaphore::MAX_PERMITS));
+    let room = Arc::new(Semaphore::new(
+        inbound.max_in_flight().clamp(1, u32::MAX as usize),
+    ));
+    let (to_settle, held) = mpsc::unbounded_channel();
     // Aborted with this task if a cut close aborts it.
-    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(inbound.clone(), held)));
+    let settler = AbortOnDropHandle::new(tokio::spawn(settle_in_order(
+        inbound.clone(),
+        held,
+        room.clone(),
+    )));
     let mut window = Window::new(inbound.dedup_window());
-    'take: while !inbound.shared().stop.is_cancelled() {
-        // Room for one more held message before the broker is asked for more.
-        let room = tokio::select! {
+    let stop = inbound.shared().stop;
+    'take: while !stop.is_cancelled() {
+        // Room for one more held message before the broker is asked for more, and all the
+        // room there is.
+        let free = tokio::select! {
             biased;
-            () = inbound.shared().stop.cancelled() => break 'take,
-            permit = to_settle.reserve() => match permit {
+            () = stop.cancelled() => break 'take,
+            () = to_settle.closed() => break 'take,
+            permit = room.acquire() => match permit {
                 Ok(permit) => {
-                    drop(permit);
-                    to_settle.capacity().max(1)
+                    permit.forget();
+                    1 + take_free(&room)
                 }
                 Err(_) => break 'take,
             },
         };
         let taken = tokio::select! {
             biased;
-            () = inbound.shared().stop.cancelled() => break 'take,
-            taken = inbound.take(&mut reader, room) => taken,
+            () = stop.cancelled() => break 'take,
+            taken = inbound.take(&mut reader, free) => taken,
         };
-        let mut taken = taken.into_iter();
-        while let Some(message) = taken.next() {
-            let permit = tokio::select! {
-                biased;
-                () = inbound.shared().stop.cancelled() => None,
-                permit = to_settle.reserve() => permit.ok(),
-            };
-            let Some(permit) = permit else {
-                // Stopping: what was taken and not handed over goes back at once.
-                for rest in std::iter::once(message).chain(taken) {
-                    inbound.give_back(&rest, Redeliver::Now).await;
-                }
-                break 'take;
-            };
-            match hand_over(&*inbound, &mut local, &codec, &mut window, message).await {
-                HandedOver::Held(delivery, message) => {
-                    permit.send((delivery, message));
-                }
-                HandedOver::Settled => {}
-                HandedOver::BusClosed => {
-                    for rest in taken {
-                        inbound.give_back(&rest, Redeliver::Now).await;
-                    }
-                    break 'take;
-                }
-            }
+        let (held, go_on) = hand_over_take(
+            &*inbound,
+            &mut local,
+            &codec,
+            &mut window,
+            taken,
+            &to_settle,
+        )
+        .await;
+        // The room of what was not taken, or was settled at once.
+        room.add_permits(free.saturating_sub(held));
+        if !go_on {
+            break 'take;
         }
     }
     drop(to_settle);
     let _ = settler.await;
     inbound.finish().await;
+}
+
+/// Messages handed to the bus, in order, with their receipts: what the settler settles.
+type Held<M> = Vec<(Delivery, M)>;
+
+/// Hands the messages of one take to the bus in order, and what it holds to the settler: in
+/// one piece, or in a piece before each hand-over that has to wait (for room in the bus, or
+/// for the broker), so that nothing handled waits behind it. Returns how many it holds, and
+/// false if the import stops (the link stops it, the bus closed, or the settler is gone:
+/// what it did not settle is the broker's to deliver again).
+async fn hand_over_take<I, T, C>(
+    inbound: &I,
+    local: &mut Local<T>,
+    codec: &C,
+    window: &mut Window<I::Key>,
+    taken: Vec<I::Message>,
+    to_settle: &mpsc::UnboundedSender<Held<I::Message>>,
+) -> (usize, bool)
+where
+    I: Inbound,
+    T: Send + Sync + 'static,
+    C: Codec<T>,
+{
+    let send = |batch: &mut Held<I::Message>| {
+        batch.is_empty() || to_settle.send(std::mem::take(batch)).is_ok()
+    };
+    let mut batch = Vec::with_capacity(taken.len());
+    let mut held = 0;
+    let mut taken = taken.into_iter();
+    while let Some(message) = taken.next() {
+        if inbound.shared().stop.is_cancelled() {
+            // Stopping: what was taken and not handed over goes back at once.
+            for rest in std::iter::once(message).chain(taken) {
+                inbound.give_back(&rest, Redeliver::Now).await;
+            }
+            send(&mut batch);
+            return (held, false);
+        }
+        let mut handing = std::pin::pin!(hand_over(inbound, local, codec, window, message));
+        let handed = match poll_once(&mut handing).await {
+            Some(handed) => handed,
+            None => {
+                // Should the settler be gone, the import stops at its next look.
+                send(&mut batch);
+                handing.await
+            }
+        };
+        match handed {
+            HandedOver::Held(delivery, message) => {
+                held += 1;
+                batch.push((delivery, message));
+            }
+            HandedOver::Settled => {}
+            HandedOver::BusClosed => {
+                for rest in taken {
+                    inbound.give_back(&rest, Redeliver::Now).await;
+                }
+                send(&mut batch);
+                return (held, false);
+            }
+        }
+    }
+    (held, send(&mut batch))
+}
+
+/// Polls `future` once (with the task's waker): its output if it is ready, `None` if it waits.
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match Pin::new(&mut *future).poll(cx) {
+        Poll::Ready(out) => Poll::Ready(Some(out)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Takes every permit `room` has free, returning how many.
+fn take_free(room: &Semaphore) -> usize {
+    // Only the import takes permits: all those counted are there to take.
+    let free = room.available_permits();
+    match u32::try_from(free).map(|n| room.try_acquire_many(n)) {
+        Ok(Ok(permits)) => {
+            permits.forget();
+            free
+        }
+        _ => 0,
+    }
 }
 
 /// What became of one message taken from the broker.
@@ -460,46 +547,60 @@ where
     }
 }
 
-/// Settles held imports in the order they were handed to the bus. The messages handled
-/// without a failure are acknowledged together ([`Acks`]): once a batch of them is due, once
-/// the first of them has waited [`ACK_DELAY`], before any other settling, and when the import
-/// stops; never before every local subscriber handled them.
+/// Settles held imports in the order they were handed to the bus, giving each one's room
+/// back once it is settled. The messages handled without a failure are
+/// acknowledged together ([`Acks`]): once a batch of them is due, once the first of them has
+/// waited [`ACK_DELAY`], before any other settling, and when the import stops; never before
+/// every local subscriber handled them.
 async fn settle_in_order<I: Inbound>(
     inbound: Arc<I>,
-    mut held: mpsc::Receiver<(Delivery, I::Message)>,
+    mut held: mpsc::UnboundedReceiver<Held<I::Message>>,
+    room: Arc<Semaphore>,
 ) {
     let inbound = &*inbound;
     let mut acks = Acks::new(inbound.max_in_flight());
     loop {
-        let next = match held.try_recv() {
-            Ok(next) => next,
+        let batch = match held.try_recv() {
+            Ok(batch) => batch,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
             Err(mpsc::error::TryRecvError::Empty) => match acks.until(inbound, held.recv()).await {
-                Some(next) => next,
+                Some(batch) => batch,
                 None => break,
             },
         };
-        let (delivery, message) = next;
-        let outcome = match delivery.try_outcome() {
-            Some(outcome) => outcome,
-            None => acks.until(inbound, delivery.wait()).await,
-        };
-        match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
-            Settlement::Ack => acks.push(inbound, message).await,
-            Settlement::DeadLetter(why) => {
-                acks.send(inbound).await;
-                let reason = format!("{why} on delivery {}", inbound.deliveries(&message));
-                dead_letter(inbound, &message, &reason).await;
-                inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
-            }
-            Settlement::Redeliver(why) => {
-                acks.send(inbound).await;
-                redeliver(inbound, &message, &why).await;
-                inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
-            }
+        for (delivery, message) in batch {
+            let outcome = match delivery.try_outcome() {
+                Some(outcome) => outcome,
+                None => acks.until(inbound, delivery.wait()).await,
+            };
+            settle(inbound, &mut acks, outcome, message).await;
+            room.add_permits(1);
         }
     }
     acks.send(inbound).await;
+}
+
+/// Settles one held message as its receipt's `outcome` says.
+async fn settle<I: Inbound>(
+    inbound: &I,
+    acks: &mut Acks<I::Message>,
+    outcome: ringbus::Delivered,
+    message: I::Message,
+) {
+    match Settlement::of(outcome.subscribers, outcome.failed, outcome.missed) {
+        Settlement::Ack => acks.push(inbound, message).await,
+        Settlement::DeadLetter(why) => {
+            acks.send(inbound).await;
+            let reason = format!("{why} on delivery {}", inbound.deliveries(&message));
+            dead_letter(inbound, &message, &reason).await;
+            inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+        }
+        Settlement::Redeliver(why) => {
+            acks.send(inbound).await;
+            redeliver(inbound, &message, &why).await;
+            inbound.shared().held.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// How long a handled message's acknowledgement may wait for others to go with it.
@@ -838,6 +939,182 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The import against an in-memory broker: what it takes, holds and settles.
+#[cfg(test)]
+mod runs {
+    use std::collections::VecDeque;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+
+    use ringbus::Bus;
+    use tokio::sync::{Notify, Semaphore};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Destination, Inbound, Redeliver, Shared};
+    use crate::{Codec, Json, Meta};
+
+    /// Numbered messages ready to be taken; what the import does with them, recorded.
+    struct Broker {
+        ready: Mutex<VecDeque<u64>>,
+        log: Mutex<Log>,
+        max_in_flight: usize,
+        held: AtomicU64,
+        stop: CancellationToken,
+        /// Notified at each acknowledgement.
+        acked: Notify,
+    }
+
+    #[derive(Default)]
+    struct Log {
+        taken: usize,
+        acked: Vec<u64>,
+        /// The most messages the import held, in the broker's view (taken and not settled),
+        /// counting the room of each take as held.
+        most: usize,
+    }
+
+    impl Broker {
+        fn new(messages: u64, max_in_flight: usize) -> Self {
+            Self {
+                ready: Mutex::new((0..messages).collect()),
+                log: Mutex::default(),
+                max_in_flight,
+                held: AtomicU64::new(0),
+                stop: CancellationToken::new(),
+                acked: Notify::new(),
+            }
+        }
+
+        fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+            self.log.lock().unwrap()
+        }
+    }
+
+    impl Inbound for Broker {
+        type Message = u64;
+        type Key = u64;
+        type Reader = ();
+
+        const ENGINE: &'static str = "test";
+
+        fn shared(&self) -> Shared<'_> {
+            Shared {
+                topic: "t",
+                link_id: "link",
+                held: &self.held,
+                stop: &self.stop,
+            }
+        }
+        fn count(&self, _: super::Count, _: u64) {}
+        fn max_in_flight(&self) -> usize {
+            self.max_in_flight
+        }
+        fn dedup_window(&self) -> usize {
+            0
+        }
+
+        async fn take(&self, (): &mut (), room: usize) -> Vec<u64> {
+            let taken: Vec<u64> = {
+                let mut ready = self.ready.lock().unwrap();
+                let n = room.min(ready.len());
+                ready.drain(..n).collect()
+            };
+            if taken.is_empty() {
+                // Nothing more will come: wait for the stop.
+                std::future::pending::<()>().await;
+            }
+            let mut log = self.log();
+            let held = log.taken - log.acked.len();
+            log.most = log.most.max(held + room);
+            log.taken += taken.len();
+            taken
+        }
+
+        fn origin<'m>(&self, _: &'m u64) -> Option<&'m str> {
+            None
+        }
+        fn message_id<'m>(&self, _: &'m u64) -> Option<&'m str> {
+            None
+        }
+        fn key(&self, n: &u64) -> Option<u64> {
+            Some(*n)
+        }
+        fn deliveries(&self, _: &u64) -> u64 {
+            1
+        }
+        fn is_last(&self, _: &u64) -> bool {
+            false
+        }
+        fn decode<T, C: Codec<T>>(&self, codec: &C, n: &u64) -> Result<T, String> {
+            codec
+                .decode(n.to_string().as_bytes(), Meta::default())
+                .map_err(|e| e.to_string())
+        }
+
+        async fn ack(&self, messages: &[u64]) -> bool {
+            self.log().acked.extend_from_slice(messages);
+            self.acked.notify_one();
+            true
+        }
+        async fn give_back(&self, _: &u64, _: Redeliver) -> bool {
+            unreachable!("every message is handled")
+        }
+        async fn dead_letter(&self, _: &u64, _: &str) -> bool {
+            unreachable!("every message is handled")
+        }
+    }
+
+    /// With handlers that hold each message until the test lets it go, the import never
+    /// holds more than `max_in_flight` messages (counting the room it asks the broker for),
+    /// fills that room, and acknowledges each message once it is handled, in order, also
+    /// while later messages of its take wait for room in the bus (a ring of one).
+    #[tokio::test]
+    async fn the_import_holds_at_most_max_in_flight_and_settles_each_once_handled() {
+        const MAX: usize = 4;
+        for capacity in [1, 64] {
+            let bus = Bus::builder().capacity(capacity).build();
+            let gate = Arc::new(Semaphore::new(0));
+            let release = gate.clone();
+            let _sub = bus
+                .subscribe("t", move |_: &u64| {
+                    let gate = gate.clone();
+                    async move { gate.acquire().await.map(|p| p.forget()) }
+                })
+                .unwrap();
+            let broker = Arc::new(Broker::new(20, MAX));
+            let import = tokio::spawn(super::run(
+                broker.clone(),
+                (),
+                super::Local {
+                    into: Destination::Topic(bus.topic::<u64>("t").unwrap()),
+                    named: Default::default(),
+                },
+                Json,
+            ));
+            // One message at a time: each let go once the import has had every chance to
+            // take more (the runtime has one thread, and this task waits for the ack).
+            while broker.log().acked.len() < 20 {
+                let acked = broker.acked.notified();
+                release.add_permits(1);
+                let n = broker.log().acked.len();
+                tokio::time::timeout(std::time::Duration::from_secs(20), acked)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("ring of {capacity}: message {n} handled, never acknowledged")
+                    });
+            }
+            broker.stop.cancel();
+            import.await.unwrap();
+            let log = broker.log();
+            assert_eq!(log.acked, (0..20).collect::<Vec<_>>());
+            assert_eq!(
+                log.most, MAX,
+                "ring of {capacity}: held more than max_in_flight, or never filled it"
+            );
         }
     }
 }

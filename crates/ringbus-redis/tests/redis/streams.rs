@@ -626,8 +626,8 @@ async fn an_import_dropped_midway_leaves_the_topic_free_to_import_again() {
     assert!(link.close(WAIT).await.complete);
 }
 
-/// A `max_in_flight` larger than a tokio channel can hold (`usize::MAX`) is taken as the
-/// largest one can: the import works, rather than its task dying with `import` already `Ok`.
+/// A `max_in_flight` larger than the import can count (`usize::MAX`) is taken as the largest
+/// it can: the import works, rather than its task dying with `import` already `Ok`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_too_large_for_a_channel_is_taken_as_the_largest() {
     let Some(server) = RedisServer::start() else {
