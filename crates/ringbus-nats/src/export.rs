@@ -34,6 +34,7 @@ use crate::wire::{encode, ExportError, Outgoing};
 struct Pending {
     ack: PublishAckFuture,
     subject: Subject,
+    topic: Arc<str>,
     message: Outgoing,
     sent: Instant,
 }
@@ -60,37 +61,41 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
         }
     }
 
-    async fn export(&self, topic: &str, subject: &Subject, msg: &T) -> Result<(), ExportError> {
+    async fn export(
+        &self,
+        topic: &Arc<str>,
+        subject: &Subject,
+        msg: &T,
+    ) -> Result<(), ExportError> {
         if self.codec.is_imported(msg) {
             add(&self.link.counters.echo_skipped);
             return Ok(());
         }
-        let origin = self.acks.as_ref().map(|_| self.link.id.as_str());
         let message = encode(
             &self.codec,
             msg,
-            topic,
-            origin,
             self.link.max_message_bytes,
             self.body_size.load(Ordering::Relaxed),
         )?;
         self.body_size.store(message.body.len(), Ordering::Relaxed);
         match &self.acks {
             None => {
+                let headers = message.headers(topic, None)?;
                 self.link
                     .client
-                    .publish_with_headers(subject.clone(), message.headers, message.body)
+                    .publish_with_headers(subject.clone(), headers, message.body)
                     .await
                     .map_err(|e| ExportError::Send(e.to_string()))?;
             }
             Some((window, pending)) => {
                 let sent = Instant::now();
-                let ack = publish_js(&self.link, subject, &message, sent).await?;
+                let ack = publish_js(&self.link, subject, topic, &message, sent).await?;
                 pending.fetch_add(1, Ordering::Relaxed);
                 // Waits while the window is full: backpressure into the bus.
                 let pending_ack = Pending {
                     ack,
                     subject: subject.clone(),
+                    topic: topic.clone(),
                     message,
                     sent,
                 };
@@ -108,7 +113,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
     /// and costs only itself; the batch's result is the first failure.
     async fn export_batch(
         &self,
-        topic: &str,
+        topic: &Arc<str>,
         subject: &Subject,
         batch: Batch<'_, T>,
     ) -> Result<(), HandlerError> {
@@ -157,7 +162,7 @@ impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T,
         async move {
             match crate::subject::subject(&self.link.prefix, topic) {
                 Ok(subject) => {
-                    self.export_batch(topic, &Subject::from(subject), batch)
+                    self.export_batch(&Arc::from(topic), &Subject::from(subject), batch)
                         .await
                 }
                 Err(e) => {
@@ -177,18 +182,16 @@ impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for Exporter<T,
 async fn publish_js(
     link: &LinkShared,
     subject: &Subject,
+    topic: &str,
     message: &Outgoing,
     sent: Instant,
 ) -> Result<PublishAckFuture, ExportError> {
     let mut backoff = Duration::from_millis(50);
     loop {
+        let headers = message.headers(topic, Some(&link.id))?;
         match link
             .jetstream
-            .publish_with_headers(
-                subject.clone(),
-                message.headers.clone(),
-                message.body.clone(),
-            )
+            .publish_with_headers(subject.clone(), headers, message.body.clone())
             .await
         {
             Ok(ack) => return Ok(ack),
@@ -237,6 +240,7 @@ async fn confirm(link: &LinkShared, export: Pending) {
     let Pending {
         ack,
         subject,
+        topic,
         message,
         sent,
     } = export;
@@ -269,7 +273,9 @@ async fn confirm(link: &LinkShared, export: Pending) {
                 tracing::debug!(%subject, error = %e, "ringbus-nats: re-sending an unacked export");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
-                ack = publish_js(link, &subject, &message, sent).await.ok();
+                ack = publish_js(link, &subject, &topic, &message, sent)
+                    .await
+                    .ok();
             }
         }
     }

@@ -148,15 +148,15 @@ where
         let Some(responder) = request.responder() else {
             return Ok(());
         };
-        let message = match encode::<T, C>(
+        let encoded = encode::<T, C>(
             &*self.codec,
             request.message(),
-            &self.topic,
-            None,
             self.link.max_message_bytes,
             0,
-        ) {
-            Ok(message) => message,
+        )
+        .and_then(|message| Ok((message.headers(&self.topic, None)?, message)));
+        let (mut headers, message) = match encoded {
+            Ok(encoded) => encoded,
             Err(e) => {
                 let e = e.to_string();
                 responder.fail(&e);
@@ -167,7 +167,6 @@ where
         // A `request_timeout` past what the clock can represent (`Duration::MAX`) is none.
         let ours = deadline_after(now, self.link.request_timeout);
         let deadline = responder.deadline().map_or(ours, |d| d.min(ours));
-        let mut headers = message.headers;
         let left = deadline.saturating_duration_since(now).as_millis().max(1);
         if let Ok(v) = left.to_string().parse::<HeaderValue>() {
             headers.insert(TIMEOUT_HEADER, v);
@@ -721,15 +720,10 @@ async fn serve_one<T, R, C>(
                 .with_timeout(left);
             match local.request_with(&ctx, msg).await {
                 Ok(reply) => {
-                    match encode::<R, C>(
-                        codec,
-                        &reply,
-                        local.name(),
-                        None,
-                        link.max_message_bytes,
-                        0,
-                    ) {
-                        Ok(out) => Answer::Reply(out.headers, out.body),
+                    let encoded = encode::<R, C>(codec, &reply, link.max_message_bytes, 0)
+                        .and_then(|out| Ok((out.headers(local.name(), None)?, out.body)));
+                    match encoded {
+                        Ok((headers, body)) => Answer::Reply(headers, body),
                         Err(e) => Answer::Failed(format!("the reply was not sent: {e}")),
                     }
                 }

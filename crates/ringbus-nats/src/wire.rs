@@ -12,10 +12,12 @@ use crate::codec::{
     is_reserved, Codec, HeaderError, Headers, ID_HEADER, NATS_MSG_ID, ORIGIN_HEADER, TOPIC_HEADER,
 };
 
-/// An encoded message, ready to publish (and to re-send: cloning is cheap).
-#[derive(Clone, Debug)]
+/// An encoded message: its body, and what its headers are made of. A JetStream export keeps
+/// it until the server acks it, to publish it again: the client takes the headers by value,
+/// and making them costs what cloning them would.
+#[derive(Debug)]
 pub(crate) struct Outgoing {
-    pub(crate) headers: HeaderMap,
+    out: wire::Outgoing,
     pub(crate) body: Bytes,
 }
 
@@ -31,40 +33,49 @@ fn set_known(headers: &mut HeaderMap, name: HeaderName, value: &str) -> Result<(
     Ok(())
 }
 
-/// Encodes `msg` for `topic`; `origin` is set on JetStream exports (the echo filter). The
-/// body's buffer starts with `capacity` bytes.
+/// Encodes `msg`. The body's buffer starts with `capacity` bytes.
 pub(crate) fn encode<T, C: Codec<T>>(
     codec: &C,
     msg: &T,
-    topic: &str,
-    origin: Option<&str>,
     max: usize,
     capacity: usize,
 ) -> Result<Outgoing, ExportError> {
     // Sized from the caller's last body: JSON grown from empty reallocates 4-8 times.
     let mut body = Vec::with_capacity(capacity.min(max));
     let out = wire::encode(codec, msg, max, &mut body)?;
-    let mut headers = HeaderMap::new();
-    for (name, value) in out.headers.iter() {
-        // Checked by `wire::encode`; `HeaderMap::insert(&str, &str)` is still never trusted
-        // (it panics on a name it cannot take).
-        set(&mut headers, name, value).map_err(ExportError::Header)?;
-    }
-    let id = out.id;
-    set_known(&mut headers, HeaderName::from_static(TOPIC_HEADER), topic)
-        .map_err(ExportError::Header)?;
-    set_known(&mut headers, HeaderName::from_static(ID_HEADER), &id)
-        .map_err(ExportError::Header)?;
-    if let Some(origin) = origin {
-        set_known(&mut headers, HeaderName::from_static(NATS_MSG_ID), &id)
-            .map_err(ExportError::Header)?;
-        set_known(&mut headers, HeaderName::from_static(ORIGIN_HEADER), origin)
-            .map_err(ExportError::Header)?;
-    }
     Ok(Outgoing {
-        headers,
+        out,
         body: Bytes::from(body),
     })
+}
+
+impl Outgoing {
+    /// The headers to publish it with to `topic`; `origin` is set on JetStream exports (the
+    /// echo filter; the id then also goes as the server's dedup id).
+    pub(crate) fn headers(
+        &self,
+        topic: &str,
+        origin: Option<&str>,
+    ) -> Result<HeaderMap, ExportError> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in self.out.headers.iter() {
+            // Checked by `wire::encode`; `HeaderMap::insert(&str, &str)` is still never
+            // trusted (it panics on a name it cannot take).
+            set(&mut headers, name, value).map_err(ExportError::Header)?;
+        }
+        let id = &self.out.id;
+        set_known(&mut headers, HeaderName::from_static(TOPIC_HEADER), topic)
+            .map_err(ExportError::Header)?;
+        set_known(&mut headers, HeaderName::from_static(ID_HEADER), id)
+            .map_err(ExportError::Header)?;
+        if let Some(origin) = origin {
+            set_known(&mut headers, HeaderName::from_static(NATS_MSG_ID), id)
+                .map_err(ExportError::Header)?;
+            set_known(&mut headers, HeaderName::from_static(ORIGIN_HEADER), origin)
+                .map_err(ExportError::Header)?;
+        }
+        Ok(headers)
+    }
 }
 
 /// One of the link's own headers of a received message, if it has it. Looked up by
@@ -125,10 +136,11 @@ mod tests {
             .with_id("order-7")
             .with_header("Tenant", "acme")
             .unwrap();
-        let out = encode(&Json, &msg, "orders", Some("me"), 1 << 20, 0).unwrap();
-        assert_eq!(out.headers.get(NATS_MSG_ID).unwrap().as_str(), "order-7");
+        let out = encode(&Json, &msg, 1 << 20, 0).unwrap();
+        let headers = out.headers("orders", Some("me")).unwrap();
+        assert_eq!(headers.get(NATS_MSG_ID).unwrap().as_str(), "order-7");
         let back: Envelope<Vec<u8>> =
-            decode(&Json, "orders", Some(&out.headers), &out.body, 1 << 20).unwrap();
+            decode(&Json, "orders", Some(&headers), &out.body, 1 << 20).unwrap();
         assert_eq!(back.id(), "order-7");
         assert_eq!(back.headers(), msg.headers());
         assert_eq!(back.body(), msg.body());
@@ -137,25 +149,26 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_without_panicking() {
-        let out = encode(&Json, &5u32, "n", None, 1024, 0).unwrap();
+        let out = encode(&Json, &5u32, 1024, 0).unwrap();
+        let headers = out.headers("n", None).unwrap();
         assert!(matches!(
             decode::<u32, _>(&Json, "n", None, &out.body, 1024),
             Err(BadInput::Missing(_))
         ));
         assert!(matches!(
-            decode::<u32, _>(&Json, "other", Some(&out.headers), &out.body, 1024),
+            decode::<u32, _>(&Json, "other", Some(&headers), &out.body, 1024),
             Err(BadInput::WrongTopic)
         ));
         assert!(matches!(
-            decode::<u32, _>(&Json, "n", Some(&out.headers), b"{not json", 1024),
+            decode::<u32, _>(&Json, "n", Some(&headers), b"{not json", 1024),
             Err(BadInput::Decode)
         ));
         assert!(matches!(
-            decode::<u32, _>(&Json, "n", Some(&out.headers), &[b'1'; 100], 10),
+            decode::<u32, _>(&Json, "n", Some(&headers), &[b'1'; 100], 10),
             Err(BadInput::TooLarge { .. })
         ));
         assert!(matches!(
-            encode(&Json, &"x".repeat(100), "n", None, 10, 0),
+            encode(&Json, &"x".repeat(100), 10, 0),
             Err(ExportError::TooLarge { .. })
         ));
     }
@@ -176,12 +189,12 @@ mod tests {
     #[test]
     fn a_header_nats_cannot_carry_is_an_error_not_a_panic() {
         assert!(matches!(
-            encode(&Sneaky, &1, "n", None, 1024, 0),
+            encode(&Sneaky, &1, 1024, 0).and_then(|out| out.headers("n", None)),
             Err(ExportError::Header(_))
         ));
         let id_with_newline = Envelope::new(1u32).with_id("a\r\nb");
         assert!(matches!(
-            encode(&Json, &id_with_newline, "n", None, 1024, 0),
+            encode(&Json, &id_with_newline, 1024, 0),
             Err(ExportError::Header(_))
         ));
     }

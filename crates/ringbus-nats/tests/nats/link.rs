@@ -828,10 +828,10 @@ async fn a_refused_export_leaves_the_stream_as_it_was() {
     assert!(out.close(WAIT).await.complete);
 }
 
-/// A pattern export's messages whose ack fails are sent again each to its own topic's subject.
-/// The stream is made to drop the pattern's subjects after the export started, so every
-/// publish finds no stream; once the export has re-sent, the subjects are given back and each
-/// message is stored, once, under the subject of its topic.
+/// A pattern export's messages whose ack fails are sent again each to its own topic's subject,
+/// naming its own topic. The stream is made to drop the pattern's subjects after the export
+/// started, so every publish finds no stream; once the export has re-sent, the subjects are
+/// given back and each message is stored, once, under the subject of its topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pattern_exports_resends_go_to_each_messages_own_subject() {
     let Some(server) = NatsServer::start() else {
@@ -877,6 +877,8 @@ async fn a_pattern_exports_resends_go_to_each_messages_own_subject() {
             "orders.eu"
         };
         assert_eq!(message.subject.as_str(), format!("jsre.{topic}"), "{body}");
+        let named = message.headers.get(ringbus_link::names::TOPIC);
+        assert_eq!(named.map(|v| v.as_str()), Some(topic), "{body}");
         bodies.push(body);
     }
     bodies.sort();
