@@ -3,9 +3,9 @@
 //! An engine says how to take messages from its broker and how to settle them ([`Inbound`]);
 //! [`spawn`] does the rest, the same on every engine:
 //!
-//! - **Take**, at most `max_in_flight` messages held at a time: room for one more is
-//!   reserved before the broker is asked for more, so a slow bus holds the broker back
-//!   instead of piling messages up in memory.
+//! - **Take**, at most `max_in_flight` messages held at a time: the broker is asked for no
+//!   more than the room left (waiting for room for one, at least), so a slow bus holds the
+//!   broker back instead of piling messages up in memory.
 //! - **Hand over**, each message in the order taken: this link's own export is acknowledged
 //!   and skipped (echo); a message delivered past what the broker allows, or that does not
 //!   decode, is dead-lettered; one whose id this import handed over recently, in another
@@ -101,7 +101,7 @@ pub trait Inbound: Send + Sync + Sized + 'static {
     fn dedup_window(&self) -> usize;
 
     /// Up to `room` messages (at least one room), waiting a bounded time for some; empty
-    /// when none came. Errors are the engine's to log, count and back off from. Cancel safe:
+    /// when none came. Never more than `room`: the import counts what it holds by it. Errors are the engine's to log, count and back off from. Cancel safe:
     /// [`spawn`] drops it when the link stops, and a message it took is then the broker's to
     /// deliver again.
     fn take<'a>(
@@ -311,9 +311,9 @@ where
 
 /// The import task: see the module's documentation.
 ///
-/// The messages held (handed to the bus, not yet settled) are counted by `room`'s permits,
-/// taken before the broker is asked for messages and given back by the settler as it settles
-/// them.
+/// The messages held (handed to the bus, not yet settled) are counted by `room`'s permits:
+/// taken before the broker is asked for messages, given back at once for what it did not
+/// give or what was settled at once, and by the settler for each message it settles.
 async fn run<I, T, C>(inbound: Arc<I>, mut reader: I::Reader, mut local: Local<T>, codec: C)
 where
     I: Inbound,
@@ -321,7 +321,9 @@ where
     C: Codec<T>,
 {
     let room = Arc::new(Semaphore::new(
-        inbound.max_in_flight().clamp(1, u32::MAX as usize),
+        inbound
+            .max_in_flight()
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize)),
     ));
     let (to_settle, held) = mpsc::unbounded_channel();
     // Aborted with this task if a cut close aborts it.
@@ -352,6 +354,11 @@ where
             () = stop.cancelled() => break 'take,
             taken = inbound.take(&mut reader, free) => taken,
         };
+        debug_assert!(
+            taken.len() <= free,
+            "{}: took more than its room",
+            I::ENGINE
+        );
         let (held, go_on) = hand_over_take(
             &*inbound,
             &mut local,
@@ -411,10 +418,14 @@ where
         let mut handing = std::pin::pin!(hand_over(inbound, local, codec, window, message));
         let handed = match poll_once(&mut handing).await {
             Some(handed) => handed,
+            None if send(&mut batch) => handing.await,
             None => {
-                // Should the settler be gone, the import stops at its next look.
-                send(&mut batch);
-                handing.await
+                // The settler is gone: the message being handed over is left to the
+                // broker's redelivery, the rest goes back at once.
+                for rest in taken {
+                    inbound.give_back(&rest, Redeliver::Now).await;
+                }
+                return (held, false);
             }
         };
         match handed {
@@ -717,15 +728,16 @@ async fn dead_letter<I: Inbound>(inbound: &I, message: &I::Message, reason: &str
 /// it: a second broker message with one of them is a duplicate (a redelivery of the same
 /// broker message is not).
 ///
-/// One pass of the hash per message, and no allocation once full: the ids live in a ring of
+/// One pass of the hash per message, and no allocation once the index has grown to twice the
+/// capacity: the ids live in a ring of
 /// `capacity` strings that are overwritten in place, oldest first, and `index` maps each id's
 /// hash to its number (keyed by the hash itself: it is already random-keyed). Two ids of one
 /// hash keep only the newer's number: the older is then forgotten early, so a collision can
 /// let a duplicate through, never drop a message that is not one.
 ///
-/// An id that leaves the ring keeps its entry in `index` until the next sweep (every
-/// `capacity` ids remembered): remembering an id touches the index once, not also at the
-/// place of the id it overwrites.
+/// An id that leaves the ring keeps its entry in `index` until the next sweep, one pass over
+/// the index every `capacity` ids remembered: remembering an id touches the index once, not
+/// also at the place of the id it overwrites.
 struct Window<K> {
     capacity: usize,
     /// The remembered ids; the `n`th remembered is at `n % capacity`.
@@ -1097,15 +1109,19 @@ mod runs {
             ));
             // One message at a time: each let go once the import has had every chance to
             // take more (the runtime has one thread, and this task waits for the ack).
-            while broker.log().acked.len() < 20 {
+            for n in 0..20 {
                 let acked = broker.acked.notified();
                 release.add_permits(1);
-                let n = broker.log().acked.len();
                 tokio::time::timeout(std::time::Duration::from_secs(20), acked)
                     .await
                     .unwrap_or_else(|_| {
                         panic!("ring of {capacity}: message {n} handled, never acknowledged")
                     });
+                assert_eq!(
+                    broker.log().acked.len(),
+                    n + 1,
+                    "ring of {capacity}: acknowledged before its handler let it go"
+                );
             }
             broker.stop.cancel();
             import.await.unwrap();

@@ -173,7 +173,8 @@ pub struct JetStreamOptions {
     /// Messages fetched per pull. Default: 64.
     pub pull_batch: usize,
     /// Imported messages held (handed to the bus and not yet settled) at most. Default: 256.
-    /// 0 counts as 1, and more than `u32::MAX` as that.
+    /// 0 counts as 1, and more than tokio's `Semaphore::MAX_PERMITS` (or `u32::MAX`, if
+    /// smaller) as that.
     pub max_in_flight: usize,
     /// Exported messages whose server ack is awaited at most. Default: 256. 0 counts as 1,
     /// and more than tokio's `Semaphore::MAX_PERMITS` as that.

@@ -14,7 +14,7 @@ use crate::codec::{
 
 /// An encoded message: its body, and what its headers are made of. A JetStream export keeps
 /// it until the server acks it, to publish it again: the client takes the headers by value,
-/// and making them costs what cloning them would.
+/// so they are made for each send rather than made once and cloned.
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     out: wire::Outgoing,

@@ -192,7 +192,7 @@ impl Inbound for Import {
     async fn take(&self, reader: &mut Reader, room: usize) -> Vec<Entry> {
         let options = &self.link.streams;
         let taken = if Instant::now() >= reader.next_claim {
-            let claimed = claim(self, &mut reader.cursor).await;
+            let claimed = claim(self, &mut reader.cursor, room).await;
             if reader.cursor == "0-0" || claimed.is_err() {
                 reader.next_claim = Instant::now() + options.claim_interval();
             }
@@ -403,10 +403,14 @@ fn read_reply(reply: Value) -> Result<Vec<Entry>, redis::RedisError> {
     Ok(entries)
 }
 
-/// Takes the entries idle in the group's pending list for `claim_idle` (given back, or held by
-/// a dead consumer), with their delivery counts; `cursor` is XAUTOCLAIM's, `0-0` once the
-/// pending list was scanned to its end.
-async fn claim(import: &Import, cursor: &mut String) -> Result<Vec<Entry>, redis::RedisError> {
+/// Takes up to `room` of the entries idle in the group's pending list for `claim_idle` (given
+/// back, or held by a dead consumer), with their delivery counts; `cursor` is XAUTOCLAIM's,
+/// `0-0` once the pending list was scanned to its end.
+async fn claim(
+    import: &Import,
+    cursor: &mut String,
+    room: usize,
+) -> Result<Vec<Entry>, redis::RedisError> {
     let link = &import.link;
     let mut cmd = redis::cmd("XAUTOCLAIM");
     cmd.arg(&import.key)
@@ -415,7 +419,7 @@ async fn claim(import: &Import, cursor: &mut String) -> Result<Vec<Entry>, redis
         .arg(millis(link.streams.claim_idle))
         .arg(cursor.as_str())
         .arg("COUNT")
-        .arg(link.streams.read_batch.max(1));
+        .arg(room.clamp(1, link.streams.read_batch.max(1)));
     let reply: StreamAutoClaimReply = link.commands.query(&cmd).await?;
     *cursor = reply.next_stream_id;
     if !reply.deleted_ids.is_empty() {

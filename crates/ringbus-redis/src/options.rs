@@ -43,7 +43,8 @@ pub struct StreamOptions {
     /// retries by its own `RetryPolicy` instead (see `ringbus_link::engine::Settlement`).
     pub nack_delay: Duration,
     /// Messages handed to the local bus and not yet settled, at most, per import.
-    /// Default: 256. 0 counts as 1, and more than `u32::MAX` as that.
+    /// Default: 256. 0 counts as 1, and more than tokio's `Semaphore::MAX_PERMITS` (or
+    /// `u32::MAX`, if smaller) as that.
     pub max_in_flight: usize,
     /// Messages asked for per XREADGROUP. Default: 64.
     pub read_batch: usize,
