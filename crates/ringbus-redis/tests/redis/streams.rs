@@ -77,6 +77,37 @@ fn field(entry: &redis::streams::StreamId, name: &str) -> String {
     }
 }
 
+/// Exports `jobs` from a new bus and publishes `messages` into it while a first importer,
+/// whose handler never finishes, takes them all; then that importer dies (its close cut at
+/// once), leaving them pending in the group. Returns the publishing bus and its link.
+async fn pending_with_a_dead_consumer(server: &RedisServer, messages: &[u64]) -> (Bus, Link) {
+    let publisher = Bus::new();
+    let out = link(server, &publisher, options()).await;
+    out.export::<u64>("jobs").await.unwrap();
+    let stuck_bus = Bus::new();
+    let never = Arc::new(Notify::new());
+    let _stuck = stuck_bus
+        .subscribe("jobs", move |_: &u64| {
+            let never = never.clone();
+            async move { never.notified().await }
+        })
+        .unwrap();
+    let stuck = stuck_bus.topic::<u64>("jobs").unwrap();
+    let dying = link(server, &stuck_bus, options()).await;
+    dying.import::<u64>("jobs").await.unwrap();
+    for &n in messages {
+        publisher.publish("jobs", n).await.unwrap();
+    }
+    eventually("every message taken by the first importer", || {
+        stuck.published() == messages.len() as u64
+    })
+    .await;
+    let report = dying.close(Duration::ZERO).await;
+    assert!(!report.complete, "{report:?}");
+    assert_eq!(dying.stats().acked, 0);
+    (publisher, out)
+}
+
 /// A message whose handler had not finished when its importer died is not acknowledged: a
 /// live consumer of the group claims it after `claim_idle` and handles it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,34 +115,7 @@ async fn a_message_held_by_a_dead_consumer_is_claimed_and_handled_elsewhere() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let publisher = Bus::new();
-    let out = link(&server, &publisher, options()).await;
-    out.export::<u64>("jobs").await.unwrap();
-
-    // The first importer's handler never finishes.
-    let stuck_bus = Bus::new();
-    let started = Arc::new(Notify::new());
-    let never = Arc::new(Notify::new());
-    let (s, n) = (started.clone(), never.clone());
-    let _stuck = stuck_bus
-        .subscribe("jobs", move |_: &u64| {
-            let (s, n) = (s.clone(), n.clone());
-            async move {
-                s.notify_one();
-                n.notified().await;
-            }
-        })
-        .unwrap();
-    let dying = link(&server, &stuck_bus, options()).await;
-    dying.import::<u64>("jobs").await.unwrap();
-    publisher.publish("jobs", 7u64).await.unwrap();
-    tokio::time::timeout(WAIT, started.notified())
-        .await
-        .unwrap();
-    // It dies: its close is cut at once, what it held stays pending.
-    let report = dying.close(Duration::ZERO).await;
-    assert!(!report.complete, "{report:?}");
-    assert_eq!(dying.stats().acked, 0);
+    let (publisher, out) = pending_with_a_dead_consumer(&server, &[7]).await;
 
     // A live consumer of the same group claims it.
     let live_bus = Bus::new();
@@ -132,6 +136,46 @@ async fn a_message_held_by_a_dead_consumer_is_claimed_and_handled_elsewhere() {
     assert!(out.close(WAIT).await.complete);
     live_bus.close().await;
     publisher.close().await;
+}
+
+/// A claim of a dead consumer's messages takes no more than the import's room: with
+/// `max_in_flight` 2 and its handler holding them, the live import claims two of the six and
+/// hands the bus two, then the rest as the first are settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_takes_no_more_than_the_imports_room() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (_publisher, out) = pending_with_a_dead_consumer(&server, &[0, 1, 2, 3, 4, 5]).await;
+    let live_bus = Bus::new();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let _live = live_bus
+        .subscribe("jobs", move |_: &u64| {
+            let held = held.clone();
+            async move { held.acquire().await.map(|p| p.forget()) }
+        })
+        .unwrap();
+    let handed = live_bus.topic::<u64>("jobs").unwrap();
+    let narrow = StreamOptions {
+        max_in_flight: 2,
+        ..options()
+    };
+    let live = link(&server, &live_bus, narrow).await;
+    live.import::<u64>("jobs").await.unwrap();
+    eventually("two claimed and handed to the bus", || {
+        handed.published() == 2
+    })
+    .await;
+    assert_eq!(live.stats().claimed, 2, "{:?}", live.stats());
+    gate.add_permits(6);
+    eventually("all six acked by the live consumer", || {
+        live.stats().acked == 6
+    })
+    .await;
+    assert_eq!(handed.published(), 6);
+    assert!(live.close(WAIT).await.complete);
+    assert!(out.close(WAIT).await.complete);
 }
 
 /// A handler that is still running holds its message unacknowledged; the ack follows the
