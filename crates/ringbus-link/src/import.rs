@@ -101,9 +101,9 @@ pub trait Inbound: Send + Sync + Sized + 'static {
     fn dedup_window(&self) -> usize;
 
     /// Up to `room` messages (at least one room), waiting a bounded time for some; empty
-    /// when none came. Never more than `room`: the import counts what it holds by it. Errors are the engine's to log, count and back off from. Cancel safe:
-    /// [`spawn`] drops it when the link stops, and a message it took is then the broker's to
-    /// deliver again.
+    /// when none came. Never more than `room`: the import counts what it holds by it. Errors
+    /// are the engine's to log, count and back off from. Cancel safe: [`spawn`] drops it when
+    /// the link stops, and a message it took is then the broker's to deliver again.
     fn take<'a>(
         &'a self,
         reader: &'a mut Self::Reader,
@@ -559,10 +559,10 @@ where
 }
 
 /// Settles held imports in the order they were handed to the bus, giving each one's room
-/// back once it is settled. The messages handled without a failure are
-/// acknowledged together ([`Acks`]): once a batch of them is due, once the first of them has
-/// waited [`ACK_DELAY`], before any other settling, and when the import stops; never before
-/// every local subscriber handled them.
+/// back once it is settled. The messages handled without a failure are acknowledged together
+/// ([`Acks`]): once a batch of them is due, once the first of them has waited [`ACK_DELAY`],
+/// before any other settling, and when the import stops; never before every local subscriber
+/// handled them.
 async fn settle_in_order<I: Inbound>(
     inbound: Arc<I>,
     mut held: mpsc::UnboundedReceiver<Held<I::Message>>,
@@ -1124,7 +1124,10 @@ mod runs {
                 );
             }
             broker.stop.cancel();
-            import.await.unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(20), import)
+                .await
+                .expect("the import did not stop")
+                .unwrap();
             let log = broker.log();
             assert_eq!(log.acked, (0..20).collect::<Vec<_>>());
             assert_eq!(
