@@ -234,8 +234,11 @@ async fn ack_loop(
     }
 }
 
-/// Awaits the ack of one export, re-sending it (same message id: the server drops a copy it
-/// already stored) until it is acked or `publish_retry_for` has passed.
+/// Awaits the ack of one export; one that is not acked goes to [`resend`].
+///
+/// The acker holds one of these per export awaiting its ack: the re-sends, whose futures are
+/// larger than the rest of it together (a publish, a sleep), are boxed so that it stays
+/// small.
 async fn confirm(link: &LinkShared, export: Pending) {
     let Pending {
         ack,
@@ -244,40 +247,69 @@ async fn confirm(link: &LinkShared, export: Pending) {
         message,
         sent,
     } = export;
-    let mut ack = Some(ack);
+    match ack.await {
+        Ok(ack) => acked(link, &ack),
+        Err(e) => {
+            let unacked = Unacked {
+                subject,
+                topic,
+                message,
+                sent,
+            };
+            Box::pin(resend(link, unacked, e.to_string())).await;
+        }
+    }
+}
+
+/// An export whose publish was not acked.
+struct Unacked {
+    subject: Subject,
+    topic: Arc<str>,
+    message: Outgoing,
+    sent: Instant,
+}
+
+/// Re-sends an export that was not acked (`error` says why), with the same message id (the
+/// server drops a copy it already stored), until it is acked or `publish_retry_for` has
+/// passed since it was first sent.
+async fn resend(link: &LinkShared, export: Unacked, mut error: String) {
+    let Unacked {
+        subject,
+        topic,
+        message,
+        sent,
+    } = export;
     let mut backoff = Duration::from_millis(50);
     loop {
-        let result = match ack.take() {
-            Some(fut) => fut.await.map_err(|e| e.to_string()),
-            None => Err("not sent".to_string()),
+        if sent.elapsed() >= link.js.publish_retry_for {
+            add(&link.counters.export_errors);
+            tracing::error!(
+                %subject,
+                error = %error,
+                "ringbus-nats: JetStream never acknowledged an export; giving up on it"
+            );
+            return;
+        }
+        add(&link.counters.export_retries);
+        tracing::debug!(%subject, error = %error, "ringbus-nats: re-sending an unacked export");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+        let result = match publish_js(link, &subject, &topic, &message, sent).await {
+            Ok(ack) => ack.await.map_err(|e| e.to_string()),
+            Err(_) => Err("not sent".to_string()),
         };
         match result {
-            Ok(ack) => {
-                add(&link.counters.export_acked);
-                if ack.duplicate {
-                    add(&link.counters.export_duplicates);
-                }
-                return;
-            }
-            Err(e) if sent.elapsed() >= link.js.publish_retry_for => {
-                add(&link.counters.export_errors);
-                tracing::error!(
-                    %subject,
-                    error = %e,
-                    "ringbus-nats: JetStream never acknowledged an export; giving up on it"
-                );
-                return;
-            }
-            Err(e) => {
-                add(&link.counters.export_retries);
-                tracing::debug!(%subject, error = %e, "ringbus-nats: re-sending an unacked export");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                ack = publish_js(link, &subject, &topic, &message, sent)
-                    .await
-                    .ok();
-            }
+            Ok(ack) => return acked(link, &ack),
+            Err(e) => error = e,
         }
+    }
+}
+
+/// Counts an export the server acked.
+fn acked(link: &LinkShared, ack: &async_nats::jetstream::publish::PublishAck) {
+    add(&link.counters.export_acked);
+    if ack.duplicate {
+        add(&link.counters.export_duplicates);
     }
 }
 

@@ -828,6 +828,29 @@ async fn a_refused_export_leaves_the_stream_as_it_was() {
     assert!(out.close(WAIT).await.complete);
 }
 
+/// Makes the stream of `link` (made with `prefix`) hold its dead-letter subjects only, so that
+/// every export's publish finds no stream. Returns a JetStream context of its own, the stream,
+/// and the config that gives the subjects back.
+async fn exports_find_no_stream(
+    server: &NatsServer,
+    link: &Link,
+    prefix: &str,
+) -> (
+    async_nats::jetstream::Context,
+    async_nats::jetstream::stream::Stream,
+    async_nats::jetstream::stream::Config,
+) {
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let mut stream = raw.get_stream(link.stream_name()).await.unwrap();
+    let held = stream.info().await.unwrap().config.clone();
+    let without = async_nats::jetstream::stream::Config {
+        subjects: vec![format!("{prefix}-dead.>")],
+        ..held.clone()
+    };
+    raw.update_stream(without).await.unwrap();
+    (raw, stream, held)
+}
+
 /// A pattern export's messages whose ack fails are sent again each to its own topic's subject,
 /// naming its own topic. The stream is made to drop the pattern's subjects after the export
 /// started, so every publish finds no stream; once the export has re-sent, the subjects are
@@ -846,14 +869,7 @@ async fn a_pattern_exports_resends_go_to_each_messages_own_subject() {
     out.export_pattern_with::<u64, _>("orders.*", Mode::JetStream, Json)
         .await
         .unwrap();
-    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    let mut stream = raw.get_stream(out.stream_name()).await.unwrap();
-    let held = stream.info().await.unwrap().config.clone();
-    let without = async_nats::jetstream::stream::Config {
-        subjects: vec!["jsre-dead.>".to_string()],
-        ..held.clone()
-    };
-    raw.update_stream(without).await.unwrap();
+    let (raw, mut stream, held) = exports_find_no_stream(&server, &out, "jsre").await;
     for i in 0..3u64 {
         bus.publish("orders.eu", 100 + i).await.unwrap();
         bus.publish("orders.us", 200 + i).await.unwrap();
@@ -884,4 +900,35 @@ async fn a_pattern_exports_resends_go_to_each_messages_own_subject() {
     bodies.sort();
     assert_eq!(bodies, [100, 101, 102, 200, 201, 202]);
     assert!(out.close(WAIT).await.complete);
+}
+
+/// A JetStream export that is never acked is given up once `publish_retry_for` has passed
+/// since it was first sent: re-sent meanwhile, then counted as an export error, and the close
+/// finds nothing left awaiting an ack. The stream drops the export's subject after the export
+/// started, so every publish finds no stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_never_acked_is_given_up_after_publish_retry_for() {
+    let Some(server) = NatsServer::start() else {
+        return;
+    };
+    let bus = Bus::new();
+    let js = JetStreamOptions {
+        publish_retry_for: Duration::from_millis(300),
+        ..JetStreamOptions::default()
+    };
+    let out = js_link(&server, "jsgu", js, &bus).await;
+    out.export_with::<u64, _>("orders", Mode::JetStream, Json)
+        .await
+        .unwrap();
+    let (_raw, mut stream, _held) = exports_find_no_stream(&server, &out, "jsgu").await;
+    bus.publish("orders", 1u64).await.unwrap();
+    bus.publish("orders", 2u64).await.unwrap();
+    eventually("both exports given up", || out.stats().export_errors == 2).await;
+    let stats = out.stats();
+    assert_eq!(stats.export_acked, 0, "{stats:?}");
+    assert!(stats.export_retries >= 2, "each re-sent first: {stats:?}");
+    assert_eq!(stream.info().await.unwrap().state.messages, 0);
+    let report = out.close(WAIT).await;
+    assert!(report.complete, "{report:?}");
+    assert_eq!(report.stats.export_errors, 2, "{report:?}");
 }
