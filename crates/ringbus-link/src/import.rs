@@ -978,12 +978,15 @@ mod runs {
         stop: CancellationToken,
         /// Notified at each acknowledgement.
         acked: Notify,
+        /// The settler's first acknowledgement panics (an engine's bug).
+        ack_panics: bool,
     }
 
     #[derive(Default)]
     struct Log {
         taken: usize,
         acked: Vec<u64>,
+        given_back: Vec<u64>,
         /// The most messages the import held, in the broker's view (taken and not settled),
         /// counting the room of each take as held.
         most: usize,
@@ -998,6 +1001,7 @@ mod runs {
                 held: AtomicU64::new(0),
                 stop: CancellationToken::new(),
                 acked: Notify::new(),
+                ack_panics: false,
             }
         }
 
@@ -1068,16 +1072,31 @@ mod runs {
         }
 
         async fn ack(&self, messages: &[u64]) -> bool {
+            assert!(!self.ack_panics, "the acknowledgement panics");
             self.log().acked.extend_from_slice(messages);
             self.acked.notify_one();
             true
         }
-        async fn give_back(&self, _: &u64, _: Redeliver) -> bool {
-            unreachable!("every message is handled")
+        async fn give_back(&self, n: &u64, _: Redeliver) -> bool {
+            self.log().given_back.push(*n);
+            true
         }
         async fn dead_letter(&self, _: &u64, _: &str) -> bool {
             unreachable!("every message is handled")
         }
+    }
+
+    /// The import of `broker`'s messages into the topic `t` of `bus`, running.
+    fn import_into(bus: &Bus, broker: &Arc<Broker>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(super::run(
+            broker.clone(),
+            (),
+            super::Local {
+                into: Destination::Topic(bus.topic::<u64>("t").unwrap()),
+                named: Default::default(),
+            },
+            Json,
+        ))
     }
 
     /// With handlers that hold each message until the test lets it go, the import never
@@ -1098,15 +1117,7 @@ mod runs {
                 })
                 .unwrap();
             let broker = Arc::new(Broker::new(20, MAX));
-            let import = tokio::spawn(super::run(
-                broker.clone(),
-                (),
-                super::Local {
-                    into: Destination::Topic(bus.topic::<u64>("t").unwrap()),
-                    named: Default::default(),
-                },
-                Json,
-            ));
+            let import = import_into(&bus, &broker);
             // One message at a time: each let go once the import has had every chance to
             // take more (the runtime has one thread, and this task waits for the ack).
             for n in 0..20 {
@@ -1130,10 +1141,69 @@ mod runs {
                 .unwrap();
             let log = broker.log();
             assert_eq!(log.acked, (0..20).collect::<Vec<_>>());
+            assert!(log.given_back.is_empty(), "every message is handled");
             assert_eq!(
                 log.most, MAX,
                 "ring of {capacity}: held more than max_in_flight, or never filled it"
             );
         }
+    }
+
+    /// When the settler is gone (a panic in an engine's acknowledgement), the import hands
+    /// nothing more to the bus and takes nothing more: of its take, the messages before the
+    /// one whose hand-over found the settler gone were handed over, that one is left to the
+    /// broker's redelivery, the rest go back at once; and the import ends.
+    #[tokio::test]
+    async fn with_the_settler_gone_the_import_gives_back_the_rest_and_ends() {
+        const MESSAGES: u64 = 8;
+        // A ring of one: each hand-over after the first waits for the handler.
+        let bus = Bus::builder().capacity(1).build();
+        let gate = Arc::new(Semaphore::new(0));
+        let release = gate.clone();
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let _sub = bus
+            .subscribe("t", move |n: &u64| {
+                let (gate, seen) = (gate.clone(), seen_tx.clone());
+                let n = *n;
+                async move {
+                    let _ = seen.send(n);
+                    gate.acquire().await.map(|p| p.forget())
+                }
+            })
+            .unwrap();
+        let broker = Arc::new(Broker {
+            ack_panics: true,
+            ..Broker::new(MESSAGES, MESSAGES as usize)
+        });
+        let import = import_into(&bus, &broker);
+        // Message 0 in its handler; letting it go lets the settler acknowledge it, and panic.
+        // Whichever of the import and the settler runs first, two more releases are all the
+        // import can use before it finds the settler gone.
+        assert_eq!(seen.recv().await, Some(0));
+        release.add_permits(3);
+        tokio::time::timeout(std::time::Duration::from_secs(20), import)
+            .await
+            .expect("the import did not stop")
+            .expect("the import itself panicked");
+        release.add_permits(MESSAGES as usize);
+        bus.close().await;
+        let mut handed = vec![0];
+        while let Ok(n) = seen.try_recv() {
+            handed.push(n);
+        }
+        let log = broker.log();
+        assert_eq!(
+            log.taken, MESSAGES as usize,
+            "took again after the settler was gone"
+        );
+        assert!(log.acked.is_empty(), "the first acknowledgement panicked");
+        let k = handed.len() as u64;
+        assert_eq!(handed, (0..k).collect::<Vec<_>>());
+        assert!(k >= 2, "handed over {handed:?}");
+        assert_eq!(
+            log.given_back,
+            (k + 1..MESSAGES).collect::<Vec<_>>(),
+            "handed over {handed:?}: the rest, but the one left to redelivery, goes back"
+        );
     }
 }
