@@ -118,6 +118,15 @@ impl Conn {
         }
     }
 
+    /// How many channels the connection in use allows (0: no limit); `None` when there is
+    /// none.
+    pub(crate) async fn channel_max(&self) -> Option<u16> {
+        let current = self.current.lock().await;
+        current
+            .as_ref()
+            .map(|live| live.connection.configuration().channel_max())
+    }
+
     /// Whether the connection in use is still up (false when there is none).
     pub(crate) async fn check(&self) -> bool {
         let mut current = self.current.lock().await;

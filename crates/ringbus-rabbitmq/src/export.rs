@@ -264,8 +264,80 @@ impl<T: Send + Sync + 'static, C: Codec<T>> BatchHandler<T> for TopicExport<T, C
 /// The handler of a pattern's export: each batch under its own topic's routing key, on the
 /// topic's own channel (a topic retrying after a lost connection holds up no other).
 struct PatternExport<T, C> {
-    channels: std::sync::Mutex<HashMap<Arc<str>, Arc<ChannelSlot>>>,
+    channels: std::sync::Mutex<Channels>,
     exporter: Exporter<T, C>,
+}
+
+/// The channels of a pattern's topics. A topic keeps its channel while an export uses it or
+/// it is among the most recently used: once there are as many as a pattern keeps (see
+/// [`kept_channels`]), a new topic's first takes out the least recently used half of those
+/// not in use, to be closed, so that a pattern over ever new topics does not run the
+/// connection out of channels.
+#[derive(Default)]
+struct Channels {
+    /// Each topic's channel, and when it was last handed out.
+    slots: HashMap<Arc<str>, (Arc<ChannelSlot>, u64)>,
+    /// Counts the hand-outs.
+    tick: u64,
+}
+
+impl Channels {
+    /// The channel of `topic`, if it has one.
+    fn get(&mut self, topic: &str) -> Option<Arc<ChannelSlot>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (slot, used) = self.slots.get_mut(topic)?;
+        *used = tick;
+        Some(slot.clone())
+    }
+
+    /// The channel of `topic`, made if it has none, while at most `kept` are kept; and the
+    /// channels taken out to make room, to be closed.
+    fn add(&mut self, topic: &str, kept: usize) -> (Arc<ChannelSlot>, Vec<Arc<ChannelSlot>>) {
+        if let Some(slot) = self.get(topic) {
+            return (slot, Vec::new());
+        }
+        let mut out = Vec::new();
+        if self.slots.len() >= kept {
+            // Slots are handed out only here, under the lock: one that only the map holds is
+            // not in use, and nobody can take it before it is out.
+            let mut idle: Vec<(u64, Arc<str>)> = self
+                .slots
+                .iter()
+                .filter(|(_, (slot, _))| Arc::strong_count(slot) == 1)
+                .map(|(topic, (_, used))| (*used, topic.clone()))
+                .collect();
+            idle.sort_unstable();
+            let oldest = idle.len().div_ceil(2);
+            out.extend(
+                idle.iter()
+                    .take(oldest)
+                    .filter_map(|(_, topic)| self.slots.remove(topic))
+                    .map(|(slot, _)| slot),
+            );
+        }
+        let slot = Arc::new(ChannelSlot::default());
+        self.slots.insert(topic.into(), (slot.clone(), self.tick));
+        (slot, out)
+    }
+}
+
+/// How many channels a pattern's topics keep on a connection that allows `channel_max` (0 or
+/// unknown: RabbitMQ's default, 2,047): a quarter, the rest being for the link's other
+/// exports, its imports and its other patterns.
+fn kept_channels(channel_max: Option<u16>) -> usize {
+    let max = channel_max.filter(|&max| max > 0).unwrap_or(2047);
+    usize::from(max / 4).max(1)
+}
+
+/// Closes the channels of `slots`, which no export uses any more.
+async fn close_channels(slots: Vec<Arc<ChannelSlot>>) {
+    for slot in slots {
+        if let Some(channel) = slot.lock().await.take() {
+            // One already closed, or on a connection going away, has nothing left to close.
+            let _ = channel.close(200, "not used lately".into()).await;
+        }
+    }
 }
 
 impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for PatternExport<T, C> {
@@ -288,10 +360,17 @@ impl<T: Send + Sync + 'static, C: Codec<T>> TopicBatchHandler<T> for PatternExpo
                 tracing::warn!(topic, error = %e, messages = n, "ringbus-rabbitmq: messages not exported");
                 return Err(HandlerError::new(e));
             }
-            let slot = {
-                // Only looked up and inserted into: a panic cannot leave it inconsistent.
-                let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-                channels.entry(topic.into()).or_default().clone()
+            // A panic cannot leave the map inconsistent: each change is one insert or remove.
+            let channels = || self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let known = channels().get(topic);
+            let slot = match known {
+                Some(slot) => slot,
+                None => {
+                    let kept = kept_channels(self.exporter.link.conn.channel_max().await);
+                    let (slot, out) = channels().add(topic, kept);
+                    close_channels(out).await;
+                    slot
+                }
             };
             let exported = self.exporter.export(topic, &slot, batch).await;
             exported.map_err(HandlerError::new)
@@ -336,7 +415,7 @@ where
     C: Codec<T>,
 {
     let exporter = PatternExport {
-        channels: std::sync::Mutex::new(HashMap::new()),
+        channels: std::sync::Mutex::default(),
         exporter: Exporter::<T, C>::new(link, codec),
     };
     let options = SubscribeOptions::new().name(format!("rabbitmq-export:{pattern}"));

@@ -412,3 +412,38 @@ async fn basic_get_all(server: &RabbitServer, queue: &str) -> Vec<lapin::message
     let _ = connection.close(200, "read".into()).await;
     got
 }
+
+/// A pattern export over ever new topics closes the channels of the topics it has not used
+/// lately: on a connection allowed 40 channels, 120 topics, one after the other, each get
+/// their message out, none counted as an export error. (Each topic used to keep a channel
+/// for good: the 41st found the connection out of channels.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_over_many_topics_does_not_run_the_connection_out_of_channels() {
+    const TOPICS: u64 = 120;
+    let Some(server) = server().await else {
+        return;
+    };
+    let bus = Bus::new();
+    let mut queues = QueueOptions::default();
+    queues.publish_retry_for = Duration::from_secs(1);
+    let out = Link::builder(format!("{}?channel_max=40", server.url()))
+        .prefix("t")
+        .queues(queues)
+        .connect(&bus)
+        .await
+        .unwrap();
+    out.export_pattern::<Msg>("many.*").await.unwrap();
+    for i in 0..TOPICS {
+        bus.publish(&format!("many.{i}"), Msg::new(i))
+            .await
+            .unwrap();
+        eventually("the message exported or given up", || {
+            let stats = out.stats();
+            stats.exported + stats.export_errors == i + 1
+        })
+        .await;
+        let stats = out.stats();
+        assert_eq!(stats.export_errors, 0, "topic {i}: {stats:?}");
+    }
+    assert!(out.close(WAIT).await.complete);
+}
