@@ -118,8 +118,8 @@ impl Conn {
         }
     }
 
-    /// How many channels the connection in use allows (0: no limit); `None` when there is
-    /// none.
+    /// How many channels the connection in use allows, as negotiated (a server without a
+    /// limit: 65,535); `None` when there is none.
     pub(crate) async fn channel_max(&self) -> Option<u16> {
         let current = self.current.lock().await;
         current

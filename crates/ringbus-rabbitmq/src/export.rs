@@ -322,21 +322,35 @@ impl Channels {
     }
 }
 
-/// How many channels a pattern's topics keep on a connection that allows `channel_max` (0 or
-/// unknown: RabbitMQ's default, 2,047): a quarter, the rest being for the link's other
-/// exports, its imports and its other patterns.
+/// How many channels a pattern's topics keep on a connection that allows `channel_max` (as
+/// negotiated: lapin reports a server without a limit as 65,535; unknown while there is no
+/// connection, then RabbitMQ's default, 2,047): a quarter, the rest being for the link's
+/// other exports, its imports and its other patterns.
 fn kept_channels(channel_max: Option<u16>) -> usize {
-    let max = channel_max.filter(|&max| max > 0).unwrap_or(2047);
-    usize::from(max / 4).max(1)
+    usize::from(channel_max.unwrap_or(2047) / 4).max(1)
 }
 
-/// Closes the channels of `slots`, which no export uses any more.
+/// The longest a new topic's first batch waits for the channels taken out to close.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+
+/// Closes the channels of `slots`, which no export uses any more: together, for at most
+/// [`CLOSE_WITHIN`] (a channel left open closes with its connection).
 async fn close_channels(slots: Vec<Arc<ChannelSlot>>) {
-    for slot in slots {
+    let closes = slots.into_iter().map(|slot| async move {
         if let Some(channel) = slot.lock().await.take() {
             // One already closed, or on a connection going away, has nothing left to close.
             let _ = channel.close(200, "not used lately".into()).await;
         }
+    });
+    let n = closes.len();
+    if tokio::time::timeout(CLOSE_WITHIN, futures_util::future::join_all(closes))
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            channels = n,
+            "ringbus-rabbitmq: channels not used lately not closed in time"
+        );
     }
 }
 
@@ -428,4 +442,46 @@ where
         topic: pattern.to_string(),
         subscription,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{kept_channels, Channels};
+
+    /// Once as many channels are kept as allowed, a new topic's takes out the least recently
+    /// used half of those not in use, never one an export holds, and keeps the rest.
+    #[test]
+    fn a_new_topic_takes_out_the_least_recently_used_idle_channels() {
+        let mut channels = Channels::default();
+        let topics = ["a", "b", "c", "d", "e", "f"];
+        for topic in topics {
+            let (_, out) = channels.add(topic, topics.len());
+            assert!(out.is_empty(), "{topic}: room for every topic");
+        }
+        // `a`, the least recently used, is in use; `c` was used again since.
+        let in_use = channels.get("a").unwrap();
+        channels.slots.get_mut("a").unwrap().1 = 0;
+        assert!(channels.get("c").is_some());
+        let (_, out) = channels.add("g", topics.len());
+        // Idle: b, d, e, f, c (least recent first); half of them, rounded up, go.
+        assert_eq!(out.len(), 3);
+        let mut kept: Vec<&str> = channels.slots.keys().map(|t| &**t).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["a", "c", "f", "g"]);
+        assert!(Arc::ptr_eq(&in_use, &channels.get("a").unwrap()));
+        // A topic that has its channel gets it back, whatever is kept.
+        let (again, out) = channels.add("g", 1);
+        assert!(out.is_empty());
+        assert!(Arc::ptr_eq(&again, &channels.get("g").unwrap()));
+    }
+
+    #[test]
+    fn a_pattern_keeps_a_quarter_of_the_connections_channels() {
+        assert_eq!(kept_channels(Some(2047)), 511);
+        assert_eq!(kept_channels(None), 511);
+        assert_eq!(kept_channels(Some(40)), 10);
+        assert_eq!(kept_channels(Some(2)), 1);
+    }
 }

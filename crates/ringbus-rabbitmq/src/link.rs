@@ -269,8 +269,10 @@ impl Link {
     /// (or the moment the topic is made). A pattern is NATS-style (see [`ringbus::Pattern`]).
     /// Each of the pattern's topics has a confirm channel of its own, a batch at a time; a
     /// quarter of the channels the connection allows (511 of RabbitMQ's default 2,047) stay
-    /// open for the most recently used topics, and a topic used less lately opens its channel
-    /// again (two more round trips).
+    /// open for the most recently used topics. When that many are open, a new topic's first
+    /// batch first closes the least recently used half of those not in use (together, waiting
+    /// at most 5 s), and a topic used less lately opens its channel again (two more round
+    /// trips).
     ///
     /// # Errors
     ///

@@ -913,7 +913,7 @@ async fn an_export_never_acked_is_given_up_after_publish_retry_for() {
     };
     let bus = Bus::new();
     let js = JetStreamOptions {
-        publish_retry_for: Duration::from_millis(300),
+        publish_retry_for: Duration::from_secs(1),
         ..JetStreamOptions::default()
     };
     let out = js_link(&server, "jsgu", js, &bus).await;
