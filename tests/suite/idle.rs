@@ -3,6 +3,7 @@
 //! published before the ring was made, an idle topic closes like any other, and the one
 //! subscribe the lazy ring cannot serve is refused with a clear error.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ringbus::{Bus, Context, Error, PublishError};
@@ -101,21 +102,31 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
         let mut raced = 0;
         for round in 0..100 {
             let name = format!("race{round}");
+            // Set just before the join: each publisher waits for it halfway, so that the join
+            // lands among the publishes even when the machine is loaded (a publish to a topic
+            // nobody joined never waits, and the publishers used to finish first).
+            let joining = Arc::new(AtomicBool::new(false));
             let publishers: Vec<_> = (0..PUBLISHERS)
                 .map(|_| {
-                    let (bus, name) = (bus.clone(), name.clone());
+                    let (bus, name, joining) = (bus.clone(), name.clone(), joining.clone());
                     tokio::spawn(async move {
                         for i in 0..EACH {
+                            if i == EACH / 2 {
+                                while !joining.load(Ordering::Acquire) {
+                                    tokio::task::yield_now().await;
+                                }
+                            }
                             bus.publish(&name, i).await.unwrap();
                         }
                     })
                 })
                 .collect();
-            // Joins once the publishers are under way (a yield loop, not a sleep: it waits
-            // for a count, and the watchdog bounds it).
+            // Joins once the publishers are under way (yield loops, not sleeps: they wait for
+            // a count or a flag, and the watchdog bounds them).
             while bus.stats().topics.iter().all(|t| t.name != name) {
                 tokio::task::yield_now().await;
             }
+            joining.store(true, Ordering::Release);
             let mut stream = bus.stream::<u64>(&name).unwrap();
             let reader = tokio::spawn(async move {
                 let mut positions = Vec::new();
