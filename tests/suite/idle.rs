@@ -104,7 +104,7 @@ async fn the_first_join_racing_publishers_keeps_every_position_once() {
             let name = format!("race{round}");
             // Set just before the join: each publisher waits for it halfway, so that the join
             // lands among the publishes even when the machine is loaded (a publish to a topic
-            // nobody joined never waits, and the publishers used to finish first).
+            // nobody joined never waits, so the publishers would otherwise often finish first).
             let joining = Arc::new(AtomicBool::new(false));
             let publishers: Vec<_> = (0..PUBLISHERS)
                 .map(|_| {

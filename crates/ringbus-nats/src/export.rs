@@ -33,10 +33,16 @@ use crate::wire::{encode, ExportError, Outgoing};
 /// A JetStream export awaiting its ack.
 struct Pending {
     ack: PublishAckFuture,
+    export: Sent,
+}
+
+/// A JetStream export sent: what a re-send needs.
+struct Sent {
     subject: Subject,
     topic: Arc<str>,
     message: Outgoing,
-    sent: Instant,
+    /// When it was first sent.
+    at: Instant,
 }
 
 /// What every export's handler shares: the codec, and the JetStream ack window.
@@ -94,10 +100,12 @@ impl<T: Send + Sync + 'static, C: Codec<T>> Exporter<T, C> {
                 // Waits while the window is full: backpressure into the bus.
                 let pending_ack = Pending {
                     ack,
-                    subject: subject.clone(),
-                    topic: topic.clone(),
-                    message,
-                    sent,
+                    export: Sent {
+                        subject: subject.clone(),
+                        topic: topic.clone(),
+                        message,
+                        at: sent,
+                    },
                 };
                 if window.send(pending_ack).await.is_err() {
                     pending.fetch_sub(1, Ordering::Relaxed);
@@ -239,45 +247,22 @@ async fn ack_loop(
 /// The acker holds one of these per export awaiting its ack: the re-sends, whose futures are
 /// larger than the rest of it together (a publish, a sleep), are boxed so that it stays
 /// small.
-async fn confirm(link: &LinkShared, export: Pending) {
-    let Pending {
-        ack,
-        subject,
-        topic,
-        message,
-        sent,
-    } = export;
-    match ack.await {
+async fn confirm(link: &LinkShared, pending: Pending) {
+    match pending.ack.await {
         Ok(ack) => acked(link, &ack),
-        Err(e) => {
-            let unacked = Unacked {
-                subject,
-                topic,
-                message,
-                sent,
-            };
-            Box::pin(resend(link, unacked, e.to_string())).await;
-        }
+        Err(e) => Box::pin(resend(link, pending.export, e.to_string())).await,
     }
-}
-
-/// An export whose publish was not acked.
-struct Unacked {
-    subject: Subject,
-    topic: Arc<str>,
-    message: Outgoing,
-    sent: Instant,
 }
 
 /// Re-sends an export that was not acked (`error` says why), with the same message id (the
 /// server drops a copy it already stored), until it is acked or `publish_retry_for` has
 /// passed since it was first sent.
-async fn resend(link: &LinkShared, export: Unacked, mut error: String) {
-    let Unacked {
+async fn resend(link: &LinkShared, export: Sent, mut error: String) {
+    let Sent {
         subject,
         topic,
         message,
-        sent,
+        at: sent,
     } = export;
     let mut backoff = Duration::from_millis(50);
     loop {

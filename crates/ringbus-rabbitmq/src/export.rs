@@ -299,8 +299,8 @@ impl Channels {
         }
         let mut out = Vec::new();
         if self.slots.len() >= kept {
-            // Slots are handed out only here, under the lock: one that only the map holds is
-            // not in use, and nobody can take it before it is out.
+            // Slots are handed out only under the map's lock (here and in `get`): one that
+            // only the map holds is not in use, and nobody can take it before it is out.
             let mut idle: Vec<(u64, Arc<str>)> = self
                 .slots
                 .iter()
